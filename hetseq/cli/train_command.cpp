@@ -1,0 +1,260 @@
+#include "hetseq/cli/train_command.h"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "hetseq/core/logging.h"
+#include <torch/torch.h>
+
+#include "hetseq/checkpoint/model_file.h"
+#include "hetseq/cli/train_options.h"
+#include "hetseq/core/error.h"
+#include "hetseq/core/parse.h"
+#include "hetseq/data/batch_loader.h"
+#include "hetseq/optim.h"
+#include "hetseq/task/task_registry.h"
+#include "hetseq/train/controller.h"
+
+namespace hetseq::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A batch size rounded down to a multiple of --required-batch-size-multiple (when it is at least one
+// multiple), as HetSeq batches.
+int64_t round_batch_size(int64_t b, int64_t multiple) { return b >= multiple ? b / multiple * multiple : b; }
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizationOptions& o, std::vector<torch::Tensor> params) {
+  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), o.adam);
+  if (o.optimizer == "adadelta") return std::make_unique<optim::Adadelta>(std::move(params), o.adadelta);
+  return std::make_unique<optim::Sgd>(std::move(params), o.sgd);
+}
+
+std::unique_ptr<optim::LrScheduler> make_lr_scheduler(const OptimizationOptions& o, optim::Optimizer& optimizer) {
+  if (o.lr_scheduler == "PolynomialDecayScheduler") {
+    optim::PolynomialDecayOptions p;
+    p.lrs = o.lr;
+    p.warmup_updates = o.warmup_updates;
+    p.force_anneal = o.force_anneal;
+    p.end_learning_rate = o.end_learning_rate;
+    p.power = o.power;
+    p.total_num_update = o.total_num_update;
+    return std::make_unique<optim::PolynomialDecay>(optimizer, p);
+  }
+  if (o.lr_scheduler == "fixed") {
+    optim::FixedOptions f;
+    f.lrs = o.lr;
+    f.force_anneal = o.force_anneal;
+    f.lr_shrink = o.lr_shrink;
+    f.warmup_updates = o.warmup_updates;
+    return std::make_unique<optim::Fixed>(optimizer, f);
+  }
+  optim::InverseSqrtOptions s;
+  s.lrs = o.lr;
+  s.warmup_updates = o.warmup_updates;
+  s.warmup_init_lr = o.warmup_init_lr;
+  return std::make_unique<optim::InverseSqrt>(optimizer, s);
+}
+
+torch::Device pick_device(bool cpu) {
+  if (!cpu && torch::cuda::is_available()) return torch::Device(torch::kCUDA, 0);
+  return torch::kCPU;
+}
+
+// Runs one validation pass over `dataset` and returns the sums over all ranks.
+LogSums validate(Controller& controller, std::shared_ptr<Dataset> dataset, int64_t batch_size, int64_t num_workers) {
+  EpochIteratorOptions order;
+  order.shuffle = false;
+  UpdateStream stream(EpochBatchIterator(dataset->size(), DataPlan::single(batch_size, 1), order),
+                      std::make_shared<BatchLoader>(dataset, num_workers));
+  stream.begin_epoch(1);
+  LogSums local;
+  while (!stream.end_of_epoch()) {
+    for (const Batch& batch : stream.next()) {
+      for (const auto& [k, v] : controller.valid_step(batch)) local[k] += v;
+    }
+  }
+  return controller.reduce_sums(local);
+}
+
+int train(int argc, const char* const argv[]) {
+  cxxopts::Options parser = make_train_parser(find_task_flag(argc, argv));
+  cxxopts::ParseResult args = parse_command_line(parser, argc, argv);
+  if (args.count("help")) {
+    std::vector<std::string> groups{"", "Dataset and data loading", "Distributed training", "Optimization",
+                                    "Optimizer", "Learning rate scheduler", "Checkpointing"};
+    for (const auto& g : parser.groups()) {
+      if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+    }
+    std::cout << parser.help(groups) << std::endl;
+    return 0;
+  }
+  const TrainOptions o = read_train_options(args);
+  const TaskSpec& spec = TaskRegistry::global().get(o.common.task);
+  if (o.dataset.max_sentences.size() != 1) {
+    throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
+                                 o.dataset.max_sentences.size()));
+  }
+  if (o.common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(o.common.intra_op_threads));
+
+  TaskContext context;
+  context.device = pick_device(o.common.cpu);
+  context.seed = o.common.seed;
+  std::unique_ptr<Task> task = spec.create(args, context);
+  if (!o.checkpoint.no_save) ensure_writable_dir(o.checkpoint.save_dir, "--save-dir");
+
+  torch::manual_seed(o.common.seed);
+  std::shared_ptr<torch::nn::Module> model = task->build_model();
+  model->to(context.device);
+  int64_t num_params = 0;
+  for (const auto& p : model->parameters()) num_params += p.numel();
+  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o.common.task,
+               num_params, context.device.str(), torch::get_num_threads());
+
+  auto train_data = task->load_dataset(o.dataset.train_subset);
+  std::map<std::string, std::shared_ptr<Dataset>> valid_data;
+  if (!o.dataset.disable_validation) {
+    for (const auto& split : o.dataset.valid_subsets) valid_data[split] = task->load_dataset(split);
+  }
+  const int64_t batch_size = round_batch_size(o.dataset.max_sentences[0], o.dataset.required_batch_size_multiple);
+  const int64_t valid_batch_size = o.dataset.max_sentences_valid.value_or(batch_size);
+
+  auto optimizer = make_optimizer(o.optimization, model->parameters());
+  auto scheduler = make_lr_scheduler(o.optimization, *optimizer);
+  ControllerOptions copts;
+  copts.clip_norm = o.optimization.clip_norm;
+  copts.seed = o.common.seed;
+  copts.device = context.device;
+  Controller controller(*task, model, std::move(optimizer), std::move(scheduler), std::make_shared<LocalReducer>(),
+                        copts);
+
+  EpochIteratorOptions order;
+  order.seed = o.common.seed;
+  order.curriculum = o.dataset.curriculum;
+  UpdateStream stream(
+      EpochBatchIterator(train_data->size(), DataPlan::single(batch_size, o.optimization.update_freq[0]), order),
+      std::make_shared<BatchLoader>(train_data, o.dataset.num_workers));
+  log::info("[train] {} training samples, batch size {}, update-freq {}, {} updates per epoch",
+               train_data->size(), batch_size, o.optimization.update_freq[0], stream.iterator().updates_per_epoch());
+
+  ProgressLogger progress(o.common.log_format, !o.common.no_progress_bar && ::isatty(fileno(stdout)),
+                          o.common.log_interval);
+  const int64_t max_epoch = o.optimization.max_epoch > 0 ? o.optimization.max_epoch : INT64_MAX;
+  const int64_t max_update = o.optimization.max_update > 0 ? o.optimization.max_update : INT64_MAX;
+  double lr = controller.lr();
+  int64_t epoch = 1;
+  while (lr > o.optimization.min_lr && epoch <= max_epoch && controller.num_updates() < max_update) {
+    stream.set_plan(DataPlan::single(batch_size, for_epoch(o.optimization.update_freq, epoch)));
+    stream.begin_epoch(epoch);
+    controller.reset_epoch_meters();
+    const int64_t total = stream.updates_left();
+    int64_t i = 0;
+    while (!stream.end_of_epoch() && controller.num_updates() < max_update) {
+      controller.train_update(stream.next());
+      ++i;
+      progress.on_update(epoch, i, total, [&] { return controller.train_stats(); });
+    }
+    progress.log(epoch, "train_epoch", controller.train_stats());
+
+    std::optional<double> valid_loss;
+    if (!o.dataset.disable_validation && epoch % o.dataset.validate_interval == 0) {
+      for (const auto& split : o.dataset.valid_subsets) {
+        const auto stats = controller.valid_stats(validate(controller, valid_data.at(split), valid_batch_size,
+                                                           o.dataset.num_workers));
+        progress.log(epoch, "valid", stats, split);
+        if (!valid_loss) valid_loss = stats.front().value;
+      }
+    }
+    lr = controller.lr_step(epoch, valid_loss);
+    if (!o.checkpoint.no_save) {
+      const fs::path path = fs::path(o.checkpoint.save_dir) / "checkpoint_last.pt";
+      save_model(controller.model(), path);
+      log::info("[checkpoint] saved {} (epoch {}, {} updates)", path.string(), epoch, controller.num_updates());
+    }
+    ++epoch;
+  }
+  log::info("[train] done: {} updates, {} epochs, {:.1f} s", controller.num_updates(), epoch - 1,
+               controller.meters().wall.elapsed_s());
+  return 0;
+}
+
+int evaluate(int argc, const char* const argv[]) {
+  const auto task_name = find_task_flag(argc, argv);
+  std::map<std::string, std::string> task_defaults;
+  if (task_name && TaskRegistry::global().contains(*task_name)) task_defaults = TaskRegistry::global().get(*task_name).defaults;
+  auto def = [&](const std::string& name, const std::string& general) {
+    auto it = task_defaults.find(name);
+    return cxxopts::value<std::string>()->default_value(it == task_defaults.end() ? general : it->second);
+  };
+  cxxopts::Options parser("hetseq-eval", "Evaluates a saved hetseq model on data splits.");
+  parser.add_options()
+      ("h,help", "show this help and exit")
+      ("task", "the task of the model", def("task", ""))
+      ("data", "path of the task's data", def("data", ""))
+      ("path", "the model file (checkpoint) to evaluate", def("path", "checkpoints/checkpoint_last.pt"))
+      ("valid-subset", "comma-separated splits to evaluate", def("valid-subset", "valid"))
+      ("max-sentences", "samples per batch", def("max-sentences", "256"))
+      ("num-workers", "background threads that build batches", def("num-workers", "1"))
+      ("log-format", "none, simple or json", def("log-format", "simple"))
+      ("cpu", "use the CPU even when CUDA is available", cxxopts::value<bool>()->default_value("false"))
+      ("seed", "seed", def("seed", "19940802"));
+  for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
+  cxxopts::ParseResult args = parse_command_line(parser, argc, argv);
+  if (args.count("help")) {
+    std::cout << parser.help() << std::endl;
+    return 0;
+  }
+  const std::string task_flag = args["task"].as<std::string>();
+  if (task_flag.empty()) {
+    throw UsageError(fmt::format("--task is required; known tasks: {}", fmt::join(TaskRegistry::global().names(), ", ")));
+  }
+  const TaskSpec& spec = TaskRegistry::global().get(task_flag);
+  const int64_t batch_size = parse_int("--max-sentences", args["max-sentences"].as<std::string>());
+  if (batch_size <= 0) throw UsageError("--max-sentences must be positive");
+  const int64_t workers = parse_int("--num-workers", args["num-workers"].as<std::string>());
+  const LogFormat format = parse_log_format(args["log-format"].as<std::string>());
+  TaskContext context;
+  context.device = pick_device(args["cpu"].as<bool>());
+  context.seed = static_cast<uint64_t>(parse_int("--seed", args["seed"].as<std::string>()));
+  std::unique_ptr<Task> task = spec.create(args, context);
+  std::shared_ptr<torch::nn::Module> model = task->build_model();
+  load_model(*model, args["path"].as<std::string>());
+  model->to(context.device);
+
+  auto optimizer = make_optimizer(OptimizationOptions{}, model->parameters());
+  auto scheduler = make_lr_scheduler(OptimizationOptions{}, *optimizer);
+  ControllerOptions copts;
+  copts.device = context.device;
+  Controller controller(*task, model, std::move(optimizer), std::move(scheduler), std::make_shared<LocalReducer>(),
+                        copts);
+  ProgressLogger progress(format, false, 1);
+  for (const auto& split : split_names("valid-subset", args["valid-subset"].as<std::string>())) {
+    progress.log(0, "valid", controller.valid_stats(validate(controller, task->load_dataset(split), batch_size, workers)),
+                 split);
+  }
+  return 0;
+}
+
+int run_guarded(int (*body)(int, const char* const*), const char* program, int argc, const char* const argv[]) {
+  try {
+    return body(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << program << ": error: " << e.what() << std::endl;
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << program << ": error: " << e.what_without_backtrace() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace
+
+int train_main(int argc, const char* const argv[]) { return run_guarded(train, "hetseq-train", argc, argv); }
+
+int eval_main(int argc, const char* const argv[]) { return run_guarded(evaluate, "hetseq-eval", argc, argv); }
+
+}  // namespace hetseq::cli

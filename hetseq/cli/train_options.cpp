@@ -1,0 +1,272 @@
+#include "hetseq/cli/train_options.h"
+
+#include <cstring>
+#include <map>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/parse.h"
+#include "hetseq/task/task_registry.h"
+
+namespace hetseq::cli {
+namespace {
+
+// HetSeq's second spellings of some flags, mapped to the primary one before parsing.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> table{
+      {"batch-size", "max-sentences"}, {"learning-rate", "lr"}, {"wd", "weight-decay"},
+      {"me", "max-epoch"},             {"mu", "max-update"},    {"fa", "force-anneal"},
+      {"lr-scheduler", "lr_scheduler"}};
+  return table;
+}
+
+std::string str(const cxxopts::ParseResult& args, const std::string& name) { return args[name].as<std::string>(); }
+
+int64_t integer(const cxxopts::ParseResult& args, const std::string& name) {
+  return parse_int("--" + name, str(args, name));
+}
+
+int64_t non_negative(const cxxopts::ParseResult& args, const std::string& name) {
+  const int64_t v = integer(args, name);
+  if (v < 0) throw UsageError(fmt::format("--{}: {} is negative; it must be 0 or more", name, v));
+  return v;
+}
+
+int64_t positive(const cxxopts::ParseResult& args, const std::string& name) {
+  const int64_t v = integer(args, name);
+  if (v <= 0) throw UsageError(fmt::format("--{}: {} must be a positive integer", name, v));
+  return v;
+}
+
+double number(const cxxopts::ParseResult& args, const std::string& name) {
+  return parse_double("--" + name, str(args, name));
+}
+
+bool flag(const cxxopts::ParseResult& args, const std::string& name) { return args[name].as<bool>(); }
+
+}  // namespace
+
+std::vector<std::string> split_names(const std::string& flag_name, const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) throw UsageError(fmt::format("--{}: '{}' has an empty split name", flag_name, text));
+    out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--task" && i + 1 < argc) return std::string(argv[i + 1]);
+    if (a.rfind("--task=", 0) == 0) return a.substr(7);
+  }
+  return std::nullopt;
+}
+
+cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
+  std::map<std::string, std::string> task_defaults;
+  if (task && TaskRegistry::global().contains(*task)) task_defaults = TaskRegistry::global().get(*task).defaults;
+  auto def = [&](const std::string& name, const std::string& general) {
+    auto it = task_defaults.find(name);
+    return it == task_defaults.end() ? general : it->second;
+  };
+  auto text = [&](const std::string& name, const std::string& general) {
+    return cxxopts::value<std::string>()->default_value(def(name, general));
+  };
+  auto opt_text = [&](const std::string& name) {
+    auto v = cxxopts::value<std::string>();
+    if (task_defaults.count(name)) v->default_value(task_defaults.at(name));
+    return v;
+  };
+  auto boolean = [] { return cxxopts::value<bool>()->default_value("false"); };
+
+  cxxopts::Options parser("hetseq-train",
+                          "Synchronous data-parallel training across devices of different speed and memory.\n"
+                          "Tasks: " + fmt::format("{}", fmt::join(TaskRegistry::global().names(), ", ")));
+  parser.set_width(110);
+  parser.add_options()
+      ("h,help", "show this help (with --task T, also T's flags and defaults) and exit")
+      ("task", "the task to train (see Tasks above)", opt_text("task"))
+      ("data", "path of the task's data", opt_text("data"))
+      ("seed", "pseudo random number generator seed", text("seed", "19940802"))
+      ("cpu", "use the CPU even when CUDA is available", boolean())
+      ("no-progress-bar", "disable the progress bar", boolean())
+      ("log-interval", "log statistics every N updates", text("log-interval", "100"))
+      ("log-format", "how statistics are printed: none, simple, json", text("log-format", "simple"))
+      ("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
+       text("intra-op-threads", "0"));
+  parser.add_options("Dataset and data loading")
+      ("num-workers", "background threads that build batches (0: build in the training thread)",
+       text("num-workers", "1"))
+      ("max-sentences", "samples per batch (alias --batch-size); a comma list gives one per local worker",
+       opt_text("max-sentences"))
+      ("max-sentences-valid", "samples per validation batch (default: --max-sentences)",
+       opt_text("max-sentences-valid"))
+      ("required-batch-size-multiple", "round batch sizes down to a multiple of N",
+       text("required-batch-size-multiple", "1"))
+      ("train-subset", "data split to train on", text("train-subset", "train"))
+      ("valid-subset", "comma-separated data splits to validate on", text("valid-subset", "valid"))
+      ("validate-interval", "validate every N epochs", text("validate-interval", "1"))
+      ("disable-validation", "disable validation", boolean())
+      ("curriculum", "don't shuffle batches for the first N epochs", text("curriculum", "0"));
+  parser.add_options("Optimization")
+      ("max-epoch", "force stop training at this epoch (alias --me; 0: no limit)", text("max-epoch", "0"))
+      ("max-update", "force stop training at this update (alias --mu; 0: no limit)", text("max-update", "0"))
+      ("clip-norm", "clip threshold of gradients (0: no clipping)", text("clip-norm", "25"))
+      ("update-freq", "update parameters every N_i batches in epoch i (comma list N1,N2,...)",
+       text("update-freq", "1"))
+      ("lr", "learning rate for the first epochs (comma list; alias --learning-rate)", text("lr", "0.25"))
+      ("min-lr", "stop training when the learning rate reaches this minimum", text("min-lr", "-1"))
+      ("optimizer", "adam, adadelta or sgd", text("optimizer", "adam"));
+  parser.add_options("Optimizer")
+      ("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", text("adam-betas", "(0.9, 0.999)"))
+      ("adam-eps", "epsilon of Adam", text("adam-eps", "1e-8"))
+      ("weight-decay", "weight decay (alias --wd): decoupled for adam, L2 for sgd", text("weight-decay", "0"))
+      ("adadelta_rho", "rho of Adadelta", text("adadelta_rho", "0.9"))
+      ("adadelta_eps", "epsilon of Adadelta", text("adadelta_eps", "1e-6"))
+      ("adadelta_weight_decay", "L2 weight decay of Adadelta", text("adadelta_weight_decay", "0"))
+      ("momentum", "momentum of SGD", text("momentum", "0"));
+  parser.add_options("Learning rate scheduler")
+      ("lr_scheduler", "PolynomialDecayScheduler, fixed or inverse_sqrt (alias --lr-scheduler)",
+       text("lr_scheduler", "PolynomialDecayScheduler"))
+      ("force-anneal", "force annealing at this epoch (alias --fa)", opt_text("force-anneal"))
+      ("warmup-updates", "warm the learning rate up linearly over the first N updates",
+       text("warmup-updates", "0"))
+      ("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", opt_text("warmup-init-lr"))
+      ("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", text("end-learning-rate", "0"))
+      ("power", "decay power (PolynomialDecayScheduler)", text("power", "1"))
+      ("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)",
+       text("total-num-update", "1000000"))
+      ("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", text("lr-shrink", "0.1"));
+  parser.add_options("Checkpointing")
+      ("save-dir", "path to save checkpoints", text("save-dir", "checkpoints"))
+      ("no-save", "don't save models or checkpoints", boolean());
+  for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
+  return parser;
+}
+
+cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, const char* const argv[]) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].rfind("--", 0) != 0) continue;
+    const size_t eq = args[i].find('=');
+    const std::string name = args[i].substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    auto it = aliases().find(name);
+    if (it != aliases().end()) args[i] = "--" + it->second + (eq == std::string::npos ? "" : args[i].substr(eq));
+  }
+  std::vector<const char*> ptrs;
+  for (const auto& a : args) ptrs.push_back(a.c_str());
+  try {
+    cxxopts::ParseResult result = parser.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    if (!result.unmatched().empty()) {
+      throw UsageError(fmt::format("unexpected argument '{}'; every value belongs to a --flag (see --help)",
+                                   result.unmatched().front()));
+    }
+    return result;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(fmt::format("{} (see --help)", e.what()));
+  }
+}
+
+TrainOptions read_train_options(const cxxopts::ParseResult& args) {
+  TrainOptions o;
+  try {
+    auto& c = o.common;
+    if (!args.count("task") && !args["task"].has_default()) {
+      throw UsageError(fmt::format("--task is required; known tasks: {}",
+                                   fmt::join(TaskRegistry::global().names(), ", ")));
+    }
+    c.task = str(args, "task");
+    TaskRegistry::global().get(c.task);  // throws on an unknown task
+    const int64_t seed = integer(args, "seed");
+    if (seed < 0) throw UsageError(fmt::format("--seed: {} is negative", seed));
+    c.seed = static_cast<uint64_t>(seed);
+    c.cpu = flag(args, "cpu");
+    c.no_progress_bar = flag(args, "no-progress-bar");
+    c.log_interval = positive(args, "log-interval");
+    c.log_format = parse_log_format(str(args, "log-format"));
+    c.intra_op_threads = non_negative(args, "intra-op-threads");
+
+    auto& d = o.dataset;
+    d.num_workers = non_negative(args, "num-workers");
+    if (!args.count("max-sentences") && !args["max-sentences"].has_default()) {
+      throw UsageError("--max-sentences (or --batch-size) is required: the number of samples per batch");
+    }
+    d.max_sentences = parse_int_list("--max-sentences", str(args, "max-sentences"));
+    for (int64_t b : d.max_sentences) {
+      if (b <= 0) throw UsageError(fmt::format("--max-sentences: {} must be a positive integer", b));
+    }
+    if (args.count("max-sentences-valid") || args["max-sentences-valid"].has_default()) {
+      d.max_sentences_valid = positive(args, "max-sentences-valid");
+    }
+    d.required_batch_size_multiple = positive(args, "required-batch-size-multiple");
+    d.train_subset = str(args, "train-subset");
+    d.valid_subsets = split_names("valid-subset", str(args, "valid-subset"));
+    d.validate_interval = positive(args, "validate-interval");
+    d.disable_validation = flag(args, "disable-validation");
+    d.curriculum = non_negative(args, "curriculum");
+
+    auto& p = o.optimization;
+    p.max_epoch = non_negative(args, "max-epoch");
+    p.max_update = non_negative(args, "max-update");
+    p.clip_norm = number(args, "clip-norm");
+    if (p.clip_norm < 0) throw UsageError(fmt::format("--clip-norm: {} is negative; 0 turns clipping off", p.clip_norm));
+    p.update_freq = parse_int_list("--update-freq", str(args, "update-freq"));
+    for (int64_t u : p.update_freq) {
+      if (u <= 0) throw UsageError(fmt::format("--update-freq: {} must be a positive integer", u));
+    }
+    p.lr = parse_double_list("--lr", str(args, "lr"));
+    for (double lr : p.lr) {
+      if (lr < 0) throw UsageError(fmt::format("--lr: {} is negative", lr));
+    }
+    p.min_lr = number(args, "min-lr");
+    p.optimizer = str(args, "optimizer");
+    if (p.optimizer != "adam" && p.optimizer != "adadelta" && p.optimizer != "sgd") {
+      throw UsageError(fmt::format("--optimizer: '{}' is not one of adam, adadelta, sgd", p.optimizer));
+    }
+    const auto betas = parse_double_list("--adam-betas", str(args, "adam-betas"));
+    if (betas.size() != 2) {
+      throw UsageError(fmt::format("--adam-betas: expected two values like '(0.9, 0.999)', got {}", betas.size()));
+    }
+    p.adam.lr = p.lr.front();
+    p.adam.beta1 = betas[0];
+    p.adam.beta2 = betas[1];
+    p.adam.eps = number(args, "adam-eps");
+    p.adam.weight_decay = number(args, "weight-decay");
+    p.adadelta.lr = p.lr.front();
+    p.adadelta.rho = number(args, "adadelta_rho");
+    p.adadelta.eps = number(args, "adadelta_eps");
+    p.adadelta.weight_decay = number(args, "adadelta_weight_decay");
+    p.sgd.lr = p.lr.front();
+    p.sgd.momentum = number(args, "momentum");
+    p.sgd.weight_decay = number(args, "weight-decay");
+    p.lr_scheduler = str(args, "lr_scheduler");
+    if (p.lr_scheduler != "PolynomialDecayScheduler" && p.lr_scheduler != "fixed" && p.lr_scheduler != "inverse_sqrt") {
+      throw UsageError(fmt::format("--lr_scheduler: '{}' is not one of PolynomialDecayScheduler, fixed, inverse_sqrt",
+                                   p.lr_scheduler));
+    }
+    if (args.count("force-anneal") || args["force-anneal"].has_default()) p.force_anneal = positive(args, "force-anneal");
+    p.warmup_updates = non_negative(args, "warmup-updates");
+    if (args.count("warmup-init-lr") || args["warmup-init-lr"].has_default()) {
+      p.warmup_init_lr = number(args, "warmup-init-lr");
+    }
+    p.end_learning_rate = number(args, "end-learning-rate");
+    p.power = number(args, "power");
+    p.total_num_update = positive(args, "total-num-update");
+    p.lr_shrink = number(args, "lr-shrink");
+
+    o.checkpoint.save_dir = str(args, "save-dir");
+    o.checkpoint.no_save = flag(args, "no-save");
+    if (o.checkpoint.save_dir.empty()) throw UsageError("--save-dir: empty path");
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(fmt::format("{} (see --help)", e.what()));
+  }
+  return o;
+}
+
+}  // namespace hetseq::cli

@@ -1,0 +1,100 @@
+#pragma once
+/// The command line of hetseq-train: flags spelled and grouped as HetSeq spells and groups them, read
+/// into small typed structs. Only the drivers and the task factories read command-line values.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "hetseq/optim/adadelta.h"
+#include "hetseq/optim/adam.h"
+#include "hetseq/optim/sgd.h"
+#include "hetseq/train/progress.h"
+
+namespace hetseq::cli {
+
+struct CommonOptions {
+  std::string task;
+  uint64_t seed = 19940802;
+  bool cpu = false;
+  bool no_progress_bar = false;
+  int64_t log_interval = 100;
+  LogFormat log_format = LogFormat::kSimple;
+  int64_t intra_op_threads = 0;  // 0: LibTorch's default
+};
+
+struct DatasetOptions {
+  int64_t num_workers = 1;
+  std::vector<int64_t> max_sentences;  // [local worker] or one value for all
+  std::optional<int64_t> max_sentences_valid;
+  int64_t required_batch_size_multiple = 1;
+  std::string train_subset = "train";
+  std::vector<std::string> valid_subsets{"valid"};
+  int64_t validate_interval = 1;
+  bool disable_validation = false;
+  int64_t curriculum = 0;
+};
+
+struct OptimizationOptions {
+  int64_t max_epoch = 0;   // 0: no limit
+  int64_t max_update = 0;  // 0: no limit
+  double clip_norm = 25;
+  std::vector<int64_t> update_freq{1};  // [epoch] (the last value holds for later epochs)
+  std::vector<double> lr{0.25};         // [epoch]
+  double min_lr = -1;
+  std::string optimizer = "adam";
+  optim::AdamOptions adam;
+  optim::AdadeltaOptions adadelta;
+  optim::SgdOptions sgd;
+  std::string lr_scheduler = "PolynomialDecayScheduler";
+  std::optional<int64_t> force_anneal;
+  int64_t warmup_updates = 0;
+  std::optional<double> warmup_init_lr;
+  double end_learning_rate = 0;
+  double power = 1;
+  int64_t total_num_update = 1000000;
+  double lr_shrink = 0.1;
+};
+
+struct CheckpointOptions {
+  std::string save_dir = "checkpoints";
+  bool no_save = false;
+};
+
+/// Everything hetseq-train reads from its command line, but the task's own flags.
+struct TrainOptions {
+  CommonOptions common;
+  DatasetOptions dataset;
+  OptimizationOptions optimization;
+  CheckpointOptions checkpoint;
+};
+
+/// The value of --task in `argv`, if any (looked up before the full parse, so that the task's flags
+/// and defaults can be added).
+std::optional<std::string> find_task_flag(int argc, const char* const argv[]);
+
+/// Builds the parser with every general flag and every registered task's flags; when `task` names a
+/// registered task, its defaults replace the general ones.
+cxxopts::Options make_train_parser(const std::optional<std::string>& task);
+
+/// Parses `argv` with `parser`. Throws hetseq::UsageError on an unknown or malformed flag.
+cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, const char* const argv[]);
+
+/// Reads and checks the general flags. Throws hetseq::UsageError naming the flag on a malformed
+/// value or an invalid combination.
+TrainOptions read_train_options(const cxxopts::ParseResult& args);
+
+/// Splits a comma-separated list of split names; throws hetseq::UsageError naming `--flag_name` on an
+/// empty name.
+std::vector<std::string> split_names(const std::string& flag_name, const std::string& text);
+
+/// The value of a per-epoch list for `epoch` (1-based): the last value holds for later epochs.
+template <class T>
+T for_epoch(const std::vector<T>& values, int64_t epoch) {
+  return values[std::min<size_t>(static_cast<size_t>(epoch - 1), values.size() - 1)];
+}
+
+}  // namespace hetseq::cli

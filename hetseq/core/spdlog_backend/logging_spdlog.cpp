@@ -1,0 +1,51 @@
+// The spdlog side of hetseq/core/logging.h. Compiled in its own target without LibTorch's include
+// paths, so that spdlog sees the system {fmt} it was built with.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace hetseq::log {
+
+enum class Level { kDebug, kInfo, kWarn, kError };
+
+namespace {
+std::atomic<int64_t> g_rank{0};
+std::atomic<bool> g_all_ranks{false};
+
+spdlog::logger& logger() {
+  static std::shared_ptr<spdlog::logger> instance = [] {
+    auto l = std::make_shared<spdlog::logger>("hetseq", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    l->set_pattern("%Y-%m-%d %H:%M:%S | %^%l%$ | %v");
+    l->set_level(spdlog::level::info);
+    return l;
+  }();
+  return *instance;
+}
+}  // namespace
+
+void set_rank(int64_t rank) { g_rank = rank; }
+void enable_all_ranks(bool enabled) { g_all_ranks = enabled; }
+
+void set_level(Level level) {
+  static const spdlog::level::level_enum levels[] = {spdlog::level::debug, spdlog::level::info, spdlog::level::warn,
+                                                     spdlog::level::err};
+  logger().set_level(levels[static_cast<int>(level)]);
+}
+
+void write(Level level, const std::string& message) {
+  const int64_t rank = g_rank;
+  if (rank != 0 && !g_all_ranks && level != Level::kError) return;
+  const std::string line = g_all_ranks ? "rank " + std::to_string(rank) + " | " + message : message;
+  switch (level) {
+    case Level::kDebug: logger().debug(line); break;
+    case Level::kInfo: logger().info(line); break;
+    case Level::kWarn: logger().warn(line); break;
+    case Level::kError: logger().error(line); break;
+  }
+}
+
+}  // namespace hetseq::log

@@ -1,0 +1,102 @@
+#include "hetseq/data/batch_loader.h"
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+
+BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, int64_t num_workers)
+    : dataset_(std::move(dataset)) {
+  if (num_workers < 0) {
+    throw UsageError(fmt::format("--num-workers: {} is negative; use 0 to load in the training thread", num_workers));
+  }
+  for (int64_t i = 0; i < num_workers; ++i) workers_.emplace_back([this] { work(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+std::future<Batch> BatchLoader::submit(std::vector<int64_t> indices) {
+  auto build = [dataset = dataset_, indices = std::move(indices)] { return dataset->collate(indices); };
+  if (workers_.empty()) return std::async(std::launch::deferred, std::move(build));  // built on get()
+  std::packaged_task<Batch()> task(std::move(build));
+  std::future<Batch> result = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  ready_.notify_one();
+  return result;
+}
+
+void BatchLoader::work() {
+  while (true) {
+    std::packaged_task<Batch()> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();  // exceptions are stored in the future and rethrown by get()
+  }
+}
+
+UpdateStream::UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader)
+    : iterator_(std::move(iterator)), loader_(std::move(loader)), position_(iterator_.position()) {}
+
+void UpdateStream::begin_epoch(int64_t epoch) {
+  pending_.clear();
+  has_pending_ = false;
+  iterator_.begin_epoch(epoch);
+  position_ = iterator_.position();
+  prefetch();
+}
+
+bool UpdateStream::end_of_epoch() const { return !has_pending_; }
+
+void UpdateStream::prefetch() {
+  pending_.clear();
+  has_pending_ = false;
+  if (iterator_.end_of_epoch()) return;
+  pending_start_ = iterator_.position();
+  for (auto& indices : iterator_.next_update()) pending_.push_back(loader_->submit(std::move(indices)));
+  has_pending_ = true;
+}
+
+std::vector<Batch> UpdateStream::next() {
+  HETSEQ_ASSERT(has_pending_, "UpdateStream::next() past the end of epoch {}", iterator_.epoch());
+  std::vector<std::future<Batch>> current = std::move(pending_);
+  const IteratorPosition after = iterator_.position();
+  prefetch();
+  std::vector<Batch> batches;
+  batches.reserve(current.size());
+  for (auto& f : current) batches.push_back(f.get());
+  position_ = after;
+  return batches;
+}
+
+void UpdateStream::restore(IteratorPosition position) {
+  pending_.clear();
+  has_pending_ = false;
+  iterator_.restore(position);
+  position_ = position;
+  prefetch();  // a no-op until begin_epoch() when `position` is in another epoch
+}
+
+void UpdateStream::set_plan(DataPlan plan) {
+  const bool refill = has_pending_;
+  if (refill) iterator_.restore(pending_start_);
+  iterator_.set_plan(std::move(plan));
+  if (refill) prefetch();
+}
+
+int64_t UpdateStream::updates_left() const { return iterator_.updates_left() + (has_pending_ ? 1 : 0); }
+
+}  // namespace hetseq

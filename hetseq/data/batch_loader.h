@@ -1,0 +1,75 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hetseq/data/dataset.h"
+#include "hetseq/data/epoch_batch_iterator.h"
+
+namespace hetseq {
+
+/// Collates batches on `num_workers` background threads (--num-workers), or in the calling thread
+/// when it is 0. Each request returns its own future, so the order of batches never depends on which
+/// worker finished first.
+class BatchLoader {
+ public:
+  BatchLoader(std::shared_ptr<const Dataset> dataset, int64_t num_workers);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  /// Starts building the batch of `indices`. With no workers, the batch is built on get().
+  std::future<Batch> submit(std::vector<int64_t> indices);
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  void work();
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<Batch()>> queue_;
+  bool stopping_ = false;
+};
+
+/// The training data of one rank, update by update: an EpochBatchIterator whose next update is
+/// collated in the background while the current one trains.
+class UpdateStream {
+ public:
+  UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader);
+
+  /// Starts `epoch` (see EpochBatchIterator::begin_epoch).
+  void begin_epoch(int64_t epoch);
+  bool end_of_epoch() const;
+  /// This rank's micro-batches of the next update, in order (some may be empty at the epoch's end).
+  std::vector<Batch> next();
+  /// The position after the last update that next() returned: what a checkpoint stores.
+  IteratorPosition position() const { return position_; }
+  /// See EpochBatchIterator::restore.
+  void restore(IteratorPosition position);
+  /// Replaces the data plan from the next update on (drops a prefetched update and collates it anew).
+  void set_plan(DataPlan plan);
+  const EpochBatchIterator& iterator() const { return iterator_; }
+  /// Updates left in the current epoch, counting the prefetched one.
+  int64_t updates_left() const;
+
+ private:
+  void prefetch();
+
+  EpochBatchIterator iterator_;
+  std::shared_ptr<BatchLoader> loader_;
+  std::vector<std::future<Batch>> pending_;  // [micro-batch] of the prefetched update
+  bool has_pending_ = false;
+  IteratorPosition position_;
+  IteratorPosition pending_start_;
+};
+
+}  // namespace hetseq

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hetseq {
+
+// Note [Data plan]
+// ~~~~~~~~~~~~~~~~
+// Each epoch has one seeded permutation of the training split, the same on every rank. An update
+// consumes the next U = sum_r u_r * b_r samples of it, where b_r is rank r's micro-batch size
+// (--max-sentences, per rank) and u_r its number of micro-batches per update (--update-freq, per
+// rank). Inside that chunk rank r owns the consecutive slice that starts at sum_{q<r} u_q * b_q, cut
+// into u_r micro-batches of b_r samples.
+//
+// Consequences:
+//  * every sample of the epoch is used exactly once across all ranks, whatever the batch sizes;
+//  * every rank runs the same number of updates per epoch, ceil(N / U), so no rank waits on a
+//    collective that others never reach;
+//  * at the end of the epoch a rank's slice may be short or empty; an empty micro-batch still takes
+//    part in the gradient reduction, with zero weight (see Note [Weighted averaging]);
+//  * the position inside an epoch is one number, the offset of the next update's chunk in the
+//    permutation. It does not depend on the world size, so a run can resume with other ranks and
+//    batch sizes from the same sample on.
+
+/// The data plan of one rank: the micro-batch sizes and update frequencies of all ranks.
+/// See Note [Data plan].
+struct DataPlan {
+  std::vector<int64_t> batch_sizes;   // [rank] samples per micro-batch
+  std::vector<int64_t> update_freqs;  // [rank] micro-batches per update
+  int64_t rank = 0;                   // this rank
+
+  /// A plan for one process: batch size `batch_size`, `update_freq` micro-batches per update.
+  static DataPlan single(int64_t batch_size, int64_t update_freq);
+
+  int64_t world_size() const { return static_cast<int64_t>(batch_sizes.size()); }
+  /// Samples consumed by one update across all ranks (U in the Note).
+  int64_t samples_per_update() const;
+  /// Offset of rank `r`'s slice inside an update's chunk.
+  int64_t slice_offset(int64_t r) const;
+  /// Checks sizes, ranks and positivity; throws hetseq::UsageError naming --max-sentences or
+  /// --update-freq.
+  void validate() const;
+};
+
+}  // namespace hetseq

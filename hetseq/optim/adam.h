@@ -1,0 +1,46 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "hetseq/optim/optimizer.h"
+
+namespace hetseq::optim {
+
+/// Options of Adam, named after HetSeq's flags: `--lr`, `--adam-betas`, `--adam-eps`, `--weight-decay`.
+struct AdamOptions {
+  double lr = 0.001;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// Decoupled weight decay (AdamW style): p -= weight_decay * lr * p before the Adam update.
+  double weight_decay = 0;
+};
+
+/// HetSeq's (fairseq's) Adam with decoupled weight decay. Per parameter p with gradient g and its own
+/// update count t (1-based, see Note [Optimizer state]):
+///   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g;  denom = sqrt(v) + eps
+///   step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+///   p -= weight_decay * lr * p   (when weight_decay != 0, on the current p)
+///   p -= step_size * m / denom
+/// Buffers: "exp_avg" (m) and "exp_avg_sq" (v). fp16/bf16 parameters are updated in fp32.
+class Adam : public Optimizer {
+ public:
+  /// Throws hetseq::UsageError naming the flag (`--lr`, `--adam-betas`, `--adam-eps`, `--weight-decay`)
+  /// when an option is out of range.
+  Adam(std::vector<torch::Tensor> params, const AdamOptions& options);
+
+  std::string name() const override { return "adam"; }
+  void step() override;
+  const AdamOptions& options() const { return options_; }
+
+ protected:
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ private:
+  AdamOptions options_;
+};
+
+}  // namespace hetseq::optim

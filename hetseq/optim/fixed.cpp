@@ -1,0 +1,93 @@
+#include "hetseq/optim/fixed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "hetseq/core/format.h"
+
+#include "hetseq/core/error.h"
+
+namespace hetseq::optim {
+
+namespace {
+
+void validate(const FixedOptions& o) {
+  if (o.lrs.empty()) throw UsageError("--lr: the fixed schedule needs at least one learning rate");
+  for (double lr : o.lrs) {
+    if (!std::isfinite(lr) || lr < 0) {
+      throw UsageError(fmt::format("--lr: learning rates must be finite numbers >= 0, got {}", lr));
+    }
+  }
+  if (!std::isfinite(o.lr_shrink) || o.lr_shrink < 0) {
+    throw UsageError(fmt::format("--lr-shrink: must be a finite number >= 0, got {}", o.lr_shrink));
+  }
+  if (o.warmup_updates < 0) {
+    throw UsageError(fmt::format("--warmup-updates: must be >= 0, got {}", o.warmup_updates));
+  }
+  if (o.force_anneal && *o.force_anneal < 1) {
+    throw UsageError(fmt::format("--force-anneal: must be an epoch >= 1, got {}", *o.force_anneal));
+  }
+}
+
+}  // namespace
+
+Fixed::Fixed(Optimizer& optimizer, FixedOptions options) : LrScheduler(optimizer), options_(std::move(options)) {
+  validate(options_);
+  lr_ = options_.lrs.front();
+  warmup_factor_ = options_.warmup_updates > 0 ? 1.0 / static_cast<double>(options_.warmup_updates) : 1.0;
+  optimizer_.set_lr(warmup_factor_ * lr_);
+}
+
+// See Note [Per-epoch --lr lists]: the index is epoch-1, clamped to the list (epoch 0 reads lrs[0]).
+double Fixed::get_next_lr(int64_t epoch) const {
+  if (!options_.force_anneal || epoch < *options_.force_anneal) {
+    const auto last = static_cast<int64_t>(options_.lrs.size()) - 1;
+    return options_.lrs[static_cast<size_t>(std::clamp<int64_t>(epoch - 1, 0, last))];
+  }
+  const auto exponent = static_cast<double>(epoch + 1 - *options_.force_anneal);
+  return options_.lrs.back() * std::pow(options_.lr_shrink, exponent);
+}
+
+double Fixed::step(int64_t epoch, std::optional<double> val_loss) {
+  LrScheduler::step(epoch, val_loss);
+  lr_ = get_next_lr(epoch);
+  optimizer_.set_lr(warmup_factor_ * lr_);
+  return optimizer_.lr();
+}
+
+double Fixed::step_update(int64_t num_updates) {
+  LrScheduler::step_update(num_updates);
+  const int64_t warmup = options_.warmup_updates;
+  if (warmup > 0 && num_updates < warmup) {
+    warmup_factor_ = static_cast<double>(num_updates + 1) / static_cast<double>(warmup);
+  } else {
+    // fairseq leaves the factor at its last warmup value, which is 1 when every update was stepped;
+    // setting it here also holds when training resumes past the warmup.
+    warmup_factor_ = 1.0;
+  }
+  optimizer_.set_lr(warmup_factor_ * lr_);
+  return optimizer_.lr();
+}
+
+std::map<std::string, double> Fixed::state() const {
+  auto out = LrScheduler::state();
+  out["lr"] = lr_;
+  out["warmup_factor"] = warmup_factor_;
+  return out;
+}
+
+void Fixed::load_state(const std::map<std::string, double>& state) {
+  const double lr = required_entry(state, "lr");
+  const double warmup_factor = required_entry(state, "warmup_factor");
+  if (!std::isfinite(lr) || lr < 0 || !(warmup_factor >= 0 && warmup_factor <= 1)) {
+    throw InputError(fmt::format("lr scheduler '{}': cannot load its state: lr {} or warmup_factor {} is out of "
+                                 "range; the checkpoint is corrupt",
+                                 name(), lr, warmup_factor));
+  }
+  LrScheduler::load_state(state);
+  lr_ = lr;
+  warmup_factor_ = warmup_factor;
+}
+
+}  // namespace hetseq::optim

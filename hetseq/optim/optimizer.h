@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace hetseq::optim {
+
+/// Base class of hetseq's optimizers (Adam, Adadelta, SGD): one learning rate for all parameters, the
+/// per-parameter buffers that subclasses keep (see Note [Optimizer state]) and their checkpoint form.
+/// The trainer calls zero_grad(), runs backward and the reducer, then step(); an LrScheduler calls
+/// set_lr() between steps.
+class Optimizer {
+ public:
+  /// `params` are the tensors to update in place (each must be defined); `lr` is the learning rate
+  /// (>= 0). Throws hetseq::UsageError naming `--lr` for a negative or non-finite lr and
+  /// hetseq::InputError when `params` is empty.
+  explicit Optimizer(std::vector<torch::Tensor> params, double lr);
+  virtual ~Optimizer();
+
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// The optimizer's name as given to `--optimizer` ("adam", "adadelta", "sgd").
+  virtual std::string name() const = 0;
+
+  /// One update from the parameters' .grad() (parameters without a grad are skipped). Runs under
+  /// NoGradGuard. Called by the trainer once per update, after gradients are reduced across ranks.
+  virtual void step() = 0;
+
+  /// Clears the parameters' gradients: zeroes them in place (keeping the tensors, which the reducer
+  /// may view into its buckets), or makes them undefined when `set_to_none` is true.
+  void zero_grad(bool set_to_none = false);
+
+  /// The learning rate used by the next step().
+  double lr() const { return lr_; }
+  /// Sets the learning rate of the next step(); called by the LR schedulers. Asserts lr >= 0.
+  void set_lr(double lr);
+
+  /// The parameters, in the order given to the constructor.
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  /// How many times step() has run (including steps where no parameter had a gradient).
+  int64_t num_steps() const { return num_steps_; }
+
+  /// The optimizer's state as named tensors for checkpoints: "lr", "num_steps", "num_params" and, for
+  /// each parameter that has been updated, "param.{i}.step" and "param.{i}.{buffer}". The buffer
+  /// tensors alias the live buffers (as torch's state_dict does): serialize or clone them before the
+  /// next step(). See Note [Optimizer state].
+  virtual std::map<std::string, torch::Tensor> state() const;
+  /// Restores a state() from an optimizer of the same kind over parameters of the same shapes, copying
+  /// the tensors onto the parameters' devices. Throws hetseq::InputError naming the entry on an unknown
+  /// or missing name, a shape mismatch or a different number of parameters; nothing is changed then.
+  virtual void load_state(const std::map<std::string, torch::Tensor>& state);
+
+ protected:
+  /// The buffers each updated parameter has, e.g. {"exp_avg", "exp_avg_sq"}; each has the
+  /// parameter's shape. load_state() requires all of them (or none) for every parameter.
+  virtual std::vector<std::string> buffer_names() const = 0;
+
+  /// The body of a subclass's step(): calls `update(i, param, grad)` under NoGradGuard for every
+  /// parameter `i` that has a gradient, after counting the step (num_steps() and param_step(i) are
+  /// already incremented when `update` runs). `param` and `grad` are in the compute precision: for
+  /// fp16/bf16 parameters they are fp32 copies and `param` is copied back afterwards.
+  /// Throws hetseq::InputError on a sparse gradient.
+  using UpdateFn = std::function<void(size_t i, torch::Tensor& param, const torch::Tensor& grad)>;
+  void apply_update(const UpdateFn& update);
+
+  /// How many updates parameter `i` has received, counting the current one inside `update`.
+  int64_t param_step(size_t i) const { return param_steps_.at(i); }
+  /// Whether parameter `i` has the buffer `name` yet (buffers are created at its first update).
+  bool has_buffer(size_t i, const std::string& name) const;
+  /// The buffer `name` of parameter `i`, created as zeros like `like` when missing.
+  torch::Tensor& buffer(size_t i, const std::string& name, const torch::Tensor& like);
+  /// Stores `value` as buffer `name` of parameter `i`.
+  void set_buffer(size_t i, const std::string& name, torch::Tensor value);
+
+ private:
+  std::vector<torch::Tensor> params_;                        // [param]
+  double lr_;
+  int64_t num_steps_ = 0;
+  std::vector<int64_t> param_steps_;                         // [param]
+  std::vector<std::map<std::string, torch::Tensor>> buffers_;  // [param][buffer name]
+};
+
+}  // namespace hetseq::optim

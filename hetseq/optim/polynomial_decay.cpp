@@ -1,0 +1,107 @@
+#include "hetseq/optim/polynomial_decay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "hetseq/core/format.h"
+
+#include "hetseq/core/error.h"
+
+namespace hetseq::optim {
+
+namespace {
+
+void validate(const PolynomialDecayOptions& o) {
+  if (o.lrs.empty()) throw UsageError("--lr: polynomial_decay needs at least one learning rate");
+  for (double lr : o.lrs) {
+    if (!std::isfinite(lr) || lr < 0) {
+      throw UsageError(fmt::format("--lr: learning rates must be finite numbers >= 0, got {}", lr));
+    }
+  }
+  if (o.warmup_updates < 0) {
+    throw UsageError(fmt::format("--warmup-updates: must be >= 0, got {}", o.warmup_updates));
+  }
+  if (o.total_num_update <= o.warmup_updates) {
+    throw UsageError(fmt::format("--total-num-update ({}) must be greater than --warmup-updates ({}) for "
+                                 "polynomial_decay",
+                                 o.total_num_update, o.warmup_updates));
+  }
+  if (!std::isfinite(o.end_learning_rate) || o.end_learning_rate < 0) {
+    throw UsageError(fmt::format("--end-learning-rate: must be a finite number >= 0, got {}", o.end_learning_rate));
+  }
+  if (!std::isfinite(o.power) || o.power <= 0) {
+    throw UsageError(fmt::format("--power: must be a finite number > 0, got {}", o.power));
+  }
+  if (o.force_anneal && *o.force_anneal < 1) {
+    throw UsageError(fmt::format("--force-anneal: must be an epoch >= 1, got {}", *o.force_anneal));
+  }
+}
+
+}  // namespace
+
+PolynomialDecay::PolynomialDecay(Optimizer& optimizer, PolynomialDecayOptions options)
+    : LrScheduler(optimizer), options_(std::move(options)) {
+  validate(options_);
+  lr_ = options_.lrs.front();
+  warmup_factor_ = options_.warmup_updates > 0 ? 1.0 / static_cast<double>(options_.warmup_updates) : 1.0;
+  optimizer_.set_lr(warmup_factor_ * lr_);
+}
+
+// See Note [Per-epoch --lr lists].
+double PolynomialDecay::get_next_lr(int64_t epoch) const {
+  if (!options_.force_anneal || epoch < *options_.force_anneal) {
+    const auto last = static_cast<int64_t>(options_.lrs.size()) - 1;
+    return options_.lrs[static_cast<size_t>(std::min(epoch, last))];
+  }
+  return optimizer_.lr();
+}
+
+double PolynomialDecay::step(int64_t epoch, std::optional<double> val_loss) {
+  LrScheduler::step(epoch, val_loss);
+  lr_ = get_next_lr(epoch);
+  optimizer_.set_lr(warmup_factor_ * lr_);
+  return optimizer_.lr();
+}
+
+double PolynomialDecay::step_update(int64_t num_updates) {
+  LrScheduler::step_update(num_updates);
+  const int64_t warmup = options_.warmup_updates;
+  const int64_t total = options_.total_num_update;
+  const double end = options_.end_learning_rate;
+  double lr;
+  if (warmup > 0 && num_updates <= warmup) {
+    warmup_factor_ = static_cast<double>(num_updates) / static_cast<double>(warmup);
+    lr = warmup_factor_ * lr_;
+  } else if (num_updates >= total) {
+    lr = end;
+  } else {
+    const double pct_remaining =
+        1.0 - static_cast<double>(num_updates - warmup) / static_cast<double>(total - warmup);
+    lr = (lr_ - end) * std::pow(pct_remaining, options_.power) + end;
+  }
+  optimizer_.set_lr(lr);
+  return optimizer_.lr();
+}
+
+std::map<std::string, double> PolynomialDecay::state() const {
+  auto out = LrScheduler::state();
+  out["lr"] = lr_;
+  out["warmup_factor"] = warmup_factor_;
+  return out;
+}
+
+void PolynomialDecay::load_state(const std::map<std::string, double>& state) {
+  const double lr = required_entry(state, "lr");
+  const double warmup_factor = required_entry(state, "warmup_factor");
+  if (!std::isfinite(lr) || lr < 0 || !(warmup_factor >= 0 && warmup_factor <= 1)) {
+    throw InputError(fmt::format("lr scheduler '{}': cannot load its state: lr {} or warmup_factor {} is out of "
+                                 "range; the checkpoint is corrupt",
+                                 name(), lr, warmup_factor));
+  }
+  LrScheduler::load_state(state);
+  lr_ = lr;
+  warmup_factor_ = warmup_factor;
+}
+
+}  // namespace hetseq::optim

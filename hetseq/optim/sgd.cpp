@@ -1,0 +1,53 @@
+#include "hetseq/optim/sgd.h"
+
+#include <cmath>
+#include <utility>
+
+#include "hetseq/core/format.h"
+#include <torch/torch.h>
+
+#include "hetseq/core/error.h"
+
+namespace hetseq::optim {
+
+namespace {
+
+const SgdOptions& validated(const SgdOptions& o) {
+  if (!std::isfinite(o.lr) || o.lr < 0) {
+    throw UsageError(fmt::format("--lr: the learning rate must be a finite number >= 0, got {}", o.lr));
+  }
+  if (!std::isfinite(o.momentum) || o.momentum < 0) {
+    throw UsageError(fmt::format("--momentum: must be a finite number >= 0, got {}", o.momentum));
+  }
+  if (!std::isfinite(o.weight_decay) || o.weight_decay < 0) {
+    throw UsageError(fmt::format("--weight-decay: must be a finite number >= 0, got {}", o.weight_decay));
+  }
+  return o;
+}
+
+}  // namespace
+
+Sgd::Sgd(std::vector<torch::Tensor> params, const SgdOptions& options)
+    : Optimizer(std::move(params), validated(options).lr), options_(options) {}
+
+std::vector<std::string> Sgd::buffer_names() const {
+  if (options_.momentum == 0) return {};
+  return {"momentum_buffer"};
+}
+
+void Sgd::step() {
+  apply_update([this](size_t i, torch::Tensor& p, const torch::Tensor& grad) {
+    torch::Tensor d_p = options_.weight_decay != 0 ? grad.add(p, options_.weight_decay) : grad;
+    if (options_.momentum != 0) {
+      if (!has_buffer(i, "momentum_buffer")) {
+        set_buffer(i, "momentum_buffer", d_p.clone());
+      } else {
+        buffer(i, "momentum_buffer", p).mul_(options_.momentum).add_(d_p);
+      }
+      d_p = buffer(i, "momentum_buffer", p);
+    }
+    p.add_(d_p, -lr());
+  });
+}
+
+}  // namespace hetseq::optim

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "hetseq/data/batch.h"
+#include "hetseq/data/dataset.h"
+
+namespace hetseq {
+
+/// Sums that a step reports for logging, keyed by name (`loss`, `nll_loss`, `ntokens`, `nsentences`,
+/// `sample_size`, and task-specific counts such as `ncorrect`). Sums, not means, so that they add up
+/// across micro-batches and ranks.
+using LogSums = std::map<std::string, double>;
+
+/// What a train or valid step returns.
+struct StepOutput {
+  /// The loss summed (not averaged) over the batch's samples: a scalar tensor. The Controller divides
+  /// the gradient by the total sample size of the update. See Note [Weighted averaging].
+  torch::Tensor loss;
+  /// The count the loss is a sum over (samples, sentences or tokens, as the task documents).
+  double sample_size = 0;
+  LogSums log;
+};
+
+/// Where a task's model and batches live.
+struct TaskContext {
+  torch::Device device = torch::kCPU;
+  uint64_t seed = 1;
+};
+
+/// A kind of training job: builds the model, loads splits, computes the loss. A task lives in its own
+/// folder under `tasks/` and registers itself by name (see task/task_registry.h); the library never
+/// names a task.
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  /// Builds a freshly initialised model (on the CPU; the caller moves it to the device).
+  virtual std::shared_ptr<torch::nn::Module> build_model() = 0;
+
+  /// Loads the split `name` (`train`, `test`, ...). Throws hetseq::InputError naming the file when the
+  /// data is missing or corrupt.
+  virtual std::shared_ptr<Dataset> load_dataset(const std::string& split) = 0;
+
+  /// Forward pass and loss on one batch (already on the task's device). `model` is what build_model
+  /// returned. Must not call backward.
+  virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
+
+  /// Forward, loss and backward. The default calls compute_loss and then backward on the summed loss.
+  virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch);
+
+  /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.
+  virtual StepOutput valid_step(torch::nn::Module& model, const Batch& batch);
+
+  /// Metrics derived from reduced sums (e.g. `accuracy` from `ncorrect` and `nsentences`), added to
+  /// what is logged. The default adds nothing.
+  virtual std::map<std::string, double> derived_metrics(const LogSums& sums) const;
+};
+
+}  // namespace hetseq

@@ -1,0 +1,180 @@
+#include "hetseq/train/controller.h"
+
+#include <cmath>
+
+#include <torch/nn/utils/clip_grad.h>
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+namespace {
+
+constexpr double kLn2 = 0.69314718055994530942;
+
+double get(const LogSums& sums, const std::string& key, double fallback = 0) {
+  auto it = sums.find(key);
+  return it == sums.end() ? fallback : it->second;
+}
+
+void add_into(LogSums& into, const LogSums& from) {
+  for (const auto& [k, v] : from) into[k] += v;
+}
+
+// Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
+// run draws what the uninterrupted one drew.
+uint64_t update_seed(uint64_t seed, int64_t num_updates, int64_t rank) {
+  uint64_t x = seed ^ (static_cast<uint64_t>(num_updates) * 0x9E3779B97F4A7C15ULL) ^
+               (static_cast<uint64_t>(rank) * 0xC2B2AE3D27D4EB4FULL);
+  x ^= x >> 31;
+  return x & 0x7FFFFFFFFFFFFFFFULL;
+}
+
+}  // namespace
+
+Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
+                       std::unique_ptr<optim::Optimizer> optimizer, std::unique_ptr<optim::LrScheduler> lr_scheduler,
+                       std::shared_ptr<GradientReducer> reducer, ControllerOptions options)
+    : task_(task),
+      model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      lr_scheduler_(std::move(lr_scheduler)),
+      reducer_(std::move(reducer)),
+      options_(options) {
+  HETSEQ_ASSERT(model_ && optimizer_ && lr_scheduler_ && reducer_, "Controller built with a null part");
+  if (options_.clip_norm < 0) {
+    throw UsageError(fmt::format("--clip-norm: {} is negative; use 0 to turn clipping off", options_.clip_norm));
+  }
+}
+
+// Note [Weighted averaging]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// The update must equal the gradient of the mean loss over every sample of the global step, whatever
+// the per-rank batch sizes b_r and update frequencies u_r. Tasks return losses *summed* over their
+// samples, L_{r,k} = sum_{i in batch (r,k)} l_i, with the count s_{r,k} they sum over. Backward
+// accumulates g_r = sum_k grad L_{r,k} on each rank; the reducer sums over ranks, G = sum_r g_r, and
+// the sample counts, S = sum_{r,k} s_{r,k}. Then
+//     G / S = grad( (1/S) sum_{all samples i} l_i ),
+// the gradient of the global mean, exactly: no rank's batch is weighted by anything but its size. An
+// empty micro-batch contributes 0 to both sums. (Averaging per-rank mean gradients instead, as plain
+// data parallelism does, weighs a sample of a small batch more than one of a large batch.)
+UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
+  HETSEQ_ASSERT(!micro_batches.empty(), "an update with no micro-batches");
+  meters_.train_wall.start();
+  model_->train();
+  torch::manual_seed(update_seed(options_.seed, num_updates_, options_.rank));
+  optimizer_->zero_grad();
+
+  LogSums local;
+  local["sample_size"] = 0;
+  const int64_t count = static_cast<int64_t>(micro_batches.size());
+  for (int64_t k = 0; k < count; ++k) {
+    const Batch& batch = micro_batches[k];
+    reducer_->before_backward(k, count);
+    if (batch.empty()) continue;
+    StepOutput out = task_.train_step(*model_, batch.to(options_.device));
+    out.log.erase("sample_size");
+    add_into(local, out.log);
+    local["sample_size"] += out.sample_size;
+  }
+
+  UpdateResult result;
+  result.sums = reducer_->finish_update(local);
+  const double sample_size = get(result.sums, "sample_size");
+  HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
+
+  std::vector<torch::Tensor> grads;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : optimizer_->params()) {
+      if (p.grad().defined()) {
+        p.mutable_grad().div_(sample_size);
+        grads.push_back(p.grad());
+      }
+    }
+    torch::Tensor norm = torch::zeros({}, torch::kFloat64);
+    if (!grads.empty()) {
+      std::vector<torch::Tensor> norms;
+      for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat64).norm());
+      norm = torch::stack(norms).norm();
+    }
+    result.gnorm = norm.item<double>();
+    if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
+      const double scale = options_.clip_norm / (result.gnorm + 1e-6);
+      for (auto& g : grads) g.mul_(scale);
+      result.clipped = true;
+    }
+  }
+  optimizer_->step();
+  ++num_updates_;
+  lr_scheduler_->step_update(num_updates_);
+
+  const double ntokens = get(result.sums, "ntokens", sample_size);
+  const double nsentences = get(result.sums, "nsentences", sample_size);
+  meters_.loss.update(get(result.sums, "loss") / sample_size / kLn2, sample_size);
+  meters_.nll_loss.update(get(result.sums, "nll_loss", get(result.sums, "loss")) / ntokens / kLn2, ntokens);
+  meters_.wpb.update(ntokens);
+  meters_.bsz.update(nsentences);
+  meters_.wps.update(ntokens);
+  meters_.ups.update(1);
+  meters_.gnorm.update(result.gnorm);
+  meters_.clip.update(result.clipped ? 1 : 0);
+  add_into(epoch_sums_, result.sums);
+  meters_.train_wall.stop();
+  return result;
+}
+
+LogSums Controller::valid_step(const Batch& batch) {
+  if (batch.empty()) return {};
+  model_->eval();
+  StepOutput out = task_.valid_step(*model_, batch.to(options_.device));
+  out.log["sample_size"] = out.sample_size;
+  return out.log;
+}
+
+double Controller::lr_step(int64_t epoch, std::optional<double> val_loss) {
+  lr_scheduler_->step(epoch, val_loss);
+  return lr_scheduler_->step_update(num_updates_);
+}
+
+void Controller::set_num_updates(int64_t n) {
+  num_updates_ = n;
+  lr_scheduler_->step_update(n);
+}
+
+void Controller::reset_epoch_meters() {
+  meters_.reset_epoch();
+  epoch_sums_.clear();
+}
+
+std::vector<Stat> Controller::train_stats() const {
+  std::vector<Stat> stats;
+  const double nll = meters_.nll_loss.avg();
+  stats.push_back({"loss", meters_.loss.avg()});
+  stats.push_back({"nll_loss", nll});
+  stats.push_back({"ppl", std::pow(2.0, nll)});
+  stats.push_back({"wps", std::round(meters_.wps.rate()), true});
+  stats.push_back({"ups", meters_.ups.rate()});
+  stats.push_back({"wpb", std::round(meters_.wpb.avg()), true});
+  stats.push_back({"bsz", std::round(meters_.bsz.avg()), true});
+  stats.push_back({"num_updates", static_cast<double>(num_updates_), true});
+  stats.push_back({"lr", optimizer_->lr()});
+  stats.push_back({"gnorm", meters_.gnorm.avg()});
+  stats.push_back({"clip", meters_.clip.avg()});
+  stats.push_back({"train_wall", std::round(meters_.train_wall.sum_s()), true});
+  stats.push_back({"wall", std::round(meters_.wall.elapsed_s()), true});
+  for (const auto& [name, value] : task_.derived_metrics(epoch_sums_)) stats.push_back({name, value});
+  return stats;
+}
+
+std::vector<Stat> Controller::valid_stats(const LogSums& sums) const {
+  const double sample_size = get(sums, "sample_size");
+  const double ntokens = get(sums, "ntokens", sample_size);
+  const double loss = sample_size > 0 ? get(sums, "loss") / sample_size / kLn2 : 0;
+  const double nll = ntokens > 0 ? get(sums, "nll_loss", get(sums, "loss")) / ntokens / kLn2 : 0;
+  std::vector<Stat> stats{{"loss", loss}, {"nll_loss", nll}, {"ppl", std::pow(2.0, nll)},
+                          {"num_updates", static_cast<double>(num_updates_), true}};
+  for (const auto& [name, value] : task_.derived_metrics(sums)) stats.push_back({name, value});
+  return stats;
+}
+
+}  // namespace hetseq

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "hetseq/optim/lr_scheduler.h"
+#include "hetseq/optim/optimizer.h"
+#include "hetseq/task/task.h"
+#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/train/meters.h"
+#include "hetseq/train/progress.h"
+
+namespace hetseq {
+
+/// What the Controller needs from the command line.
+struct ControllerOptions {
+  double clip_norm = 25;  // --clip-norm: largest gradient norm; 0 turns clipping off
+  uint64_t seed = 1;      // --seed: with the update count and rank, seeds dropout for each update
+  int64_t rank = 0;
+  torch::Device device = torch::kCPU;
+};
+
+/// What one update did, after reduction over all ranks.
+struct UpdateResult {
+  LogSums sums;         // summed over micro-batches and ranks
+  double gnorm = 0;     // gradient norm before clipping
+  bool clipped = false;
+};
+
+/// Runs updates: accumulates the gradients of an update's micro-batches, has the GradientReducer
+/// combine them over ranks, normalises by the total sample size (see Note [Weighted averaging]),
+/// clips, steps the optimizer and the LR schedule, and keeps the meters.
+class Controller {
+ public:
+  Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std::unique_ptr<optim::Optimizer> optimizer,
+             std::unique_ptr<optim::LrScheduler> lr_scheduler, std::shared_ptr<GradientReducer> reducer,
+             ControllerOptions options);
+
+  /// One update from this rank's micro-batches (empty ones take part with zero weight).
+  UpdateResult train_update(const std::vector<Batch>& micro_batches);
+  /// Loss sums of one validation batch on this rank (not reduced).
+  LogSums valid_step(const Batch& batch);
+  /// Sums statistics over all ranks.
+  LogSums reduce_sums(const LogSums& local) { return reducer_->reduce_sums(local); }
+
+  /// End of `epoch`: lets the LR scheduler pick the next epoch's rate; returns it.
+  double lr_step(int64_t epoch, std::optional<double> val_loss);
+  double lr() const { return optimizer_->lr(); }
+
+  int64_t num_updates() const { return num_updates_; }
+  /// Sets the update count (resume) and the matching learning rate.
+  void set_num_updates(int64_t n);
+
+  /// The statistics of the epoch so far, as logged (loss, nll_loss, ppl, wps, ups, wpb, bsz,
+  /// num_updates, lr, gnorm, clip, train_wall, wall, and the task's derived metrics).
+  std::vector<Stat> train_stats() const;
+  /// Starts a new epoch of meters.
+  void reset_epoch_meters();
+  /// Statistics of a validation pass from its reduced sums (loss, nll_loss, ppl, and the task's
+  /// derived metrics such as accuracy).
+  std::vector<Stat> valid_stats(const LogSums& sums) const;
+
+  torch::nn::Module& model() { return *model_; }
+  std::shared_ptr<torch::nn::Module> model_ptr() { return model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
+  Task& task() { return task_; }
+  TrainMeters& meters() { return meters_; }
+
+ private:
+  Task& task_;
+  std::shared_ptr<torch::nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrScheduler> lr_scheduler_;
+  std::shared_ptr<GradientReducer> reducer_;
+  ControllerOptions options_;
+  int64_t num_updates_ = 0;
+  TrainMeters meters_;
+  LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics
+};
+
+}  // namespace hetseq

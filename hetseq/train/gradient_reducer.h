@@ -1,0 +1,30 @@
+#pragma once
+
+#include "hetseq/task/task.h"
+
+namespace hetseq {
+
+/// The step of an update that combines the gradients and statistics of all ranks. The Controller
+/// calls it around the backward passes of an update; a distributed implementation starts
+/// communication during backward and hands back the sums over all ranks. See Note [Weighted averaging].
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  /// Before the backward pass of micro-batch `index` of `count` in this update. Implementations
+  /// communicate only for the last one (gradient accumulation, HetSeq's no_sync).
+  virtual void before_backward(int64_t index, int64_t count) {}
+  /// After the last backward: turns every parameter's gradient into the sum of the gradients of all
+  /// ranks, and returns `local` summed over all ranks (sample_size included).
+  virtual LogSums finish_update(const LogSums& local) = 0;
+  /// Sums statistics over all ranks without touching gradients (validation).
+  virtual LogSums reduce_sums(const LogSums& local) = 0;
+};
+
+/// One process: the local gradient and sums are already the totals.
+class LocalReducer final : public GradientReducer {
+ public:
+  LogSums finish_update(const LogSums& local) override { return local; }
+  LogSums reduce_sums(const LogSums& local) override { return local; }
+};
+
+}  // namespace hetseq

@@ -1,0 +1,101 @@
+#include "hetseq/train/progress.h"
+
+#include <nlohmann/json.hpp>
+#include "hetseq/core/format.h"
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+namespace {
+
+std::string format_value(const Stat& s) {
+  if (s.integer) return fmt::format("{:.0f}", s.value);
+  if (s.name == "lr") return fmt::format("{:.4g}", s.value);
+  return fmt::format("{:.3f}", s.value);
+}
+
+nlohmann::ordered_json json_line(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats) {
+  nlohmann::ordered_json j;
+  j["epoch"] = epoch;
+  j["tag"] = tag;
+  for (const auto& s : stats) {
+    j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
+  }
+  return j;
+}
+
+std::string simple_line(int64_t epoch, const std::string& tag, int64_t i, int64_t total,
+                        const std::vector<Stat>& stats, const std::string& subset = "") {
+  std::string head = fmt::format("| epoch {:03d}", epoch);
+  if (tag == "train") head += fmt::format(": {:>6} / {}", i, total);
+  else if (!subset.empty()) head += fmt::format(" | {} on '{}' subset", tag, subset);
+  else head += fmt::format(" | {}", tag);
+  std::string body;
+  for (const auto& s : stats) body += fmt::format(" | {} {}", s.name, format_value(s));
+  return head + body;
+}
+
+}  // namespace
+
+LogFormat parse_log_format(const std::string& text) {
+  if (text == "none") return LogFormat::kNone;
+  if (text == "simple") return LogFormat::kSimple;
+  if (text == "json") return LogFormat::kJson;
+  throw UsageError(fmt::format("--log-format: '{}' is not one of none, simple, json", text));
+}
+
+ProgressLogger::ProgressLogger(LogFormat format, bool progress_bar, int64_t log_interval, std::FILE* out)
+    : format_(format), bar_(progress_bar && format != LogFormat::kJson), log_interval_(log_interval), out_(out) {}
+
+void ProgressLogger::emit(int64_t epoch, const std::string& tag, int64_t i, int64_t total,
+                          const std::vector<Stat>& stats, bool log_line) {
+  if (bar_) {
+    const int width = 30;
+    const int filled = total > 0 ? static_cast<int>(width * i / total) : 0;
+    std::string shown;
+    for (const auto& s : stats) {
+      if (s.name == "loss" || s.name == "lr" || s.name == "ups" || s.name == "wps") {
+        shown += fmt::format(" {}={}", s.name, format_value(s));
+      }
+    }
+    fmt::print(out_, "\repoch {:03d} {:3d}%|{}{}| {}/{}{}\x1b[K", epoch, total > 0 ? 100 * i / total : 0,
+               std::string(filled, '#'), std::string(width - filled, ' '), i, total, shown);
+    std::fflush(out_);
+    bar_open_ = true;
+    return;
+  }
+  if (!log_line || format_ == LogFormat::kNone) return;
+  if (format_ == LogFormat::kJson) {
+    auto j = json_line(epoch, tag, stats);
+    j["update_in_epoch"] = i;
+    j["updates_in_epoch"] = total;
+    fmt::print(out_, "{}\n", j.dump());
+  } else {
+    fmt::print(out_, "{}\n", simple_line(epoch, tag, i, total, stats));
+  }
+  std::fflush(out_);
+}
+
+void ProgressLogger::log(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats,
+                         const std::string& subset) {
+  finish_bar();
+  if (format_ == LogFormat::kNone) return;
+  if (format_ == LogFormat::kJson) {
+    auto j = json_line(epoch, tag, stats);
+    if (!subset.empty()) j["subset"] = subset;
+    fmt::print(out_, "{}\n", j.dump());
+  } else {
+    fmt::print(out_, "{}\n", simple_line(epoch, tag, 0, 0, stats, subset));
+  }
+  std::fflush(out_);
+}
+
+void ProgressLogger::finish_bar() {
+  if (bar_open_) {
+    fmt::print(out_, "\n");
+    std::fflush(out_);
+    bar_open_ = false;
+  }
+}
+
+}  // namespace hetseq

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs everything hetseq needs on a fresh Debian machine. Idempotent and quiet when all is there.
+#
+#   - Debian packages: compilers, CMake, cxxopts, spdlog, Catch2, HDF5, nlohmann-json, ccache, iproute2,
+#     the Gloo headers (the torch wheel ships Gloo compiled in but not its headers),
+#     and dataset-fashion-mnist (the default data of the main job).
+#   - LibTorch from the pinned `torch` wheel on PyPI, in a virtual environment outside the checkout
+#     ($HETSEQ_HOME, default ~/.cache/hetseq), so that fresh clones and CI reuse it.
+#
+# Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix.
+set -euo pipefail
+
+TORCH_VERSION="2.11.0"   # its PyPI wheel is built against CUDA 13.0, the toolkit of these machines
+HETSEQ_HOME="${HETSEQ_HOME:-$HOME/.cache/hetseq}"
+VENV="$HETSEQ_HOME/venv-torch-$TORCH_VERSION"
+
+log() { echo "[setup] $*" >&2; }
+
+debian_packages=(
+  build-essential cmake ninja-build ccache pkg-config zlib1g-dev
+  libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev
+  dataset-fashion-mnist iproute2 util-linux
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  log "installing torch==$TORCH_VERSION from PyPI into $VENV (a few GB; takes minutes the first time)"
+  start=$(date +%s)
+  mkdir -p "$HETSEQ_HOME"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
+  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  log "torch installed in $(( $(date +%s) - start )) s"
+fi
+
+if [ "${1:-}" = "--print-prefix" ]; then
+  "$VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+fi
