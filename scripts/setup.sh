@@ -35,6 +35,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 PY="${PYTHON:-python3}"
+if [ -n "${SKIP_TORCH_WHEEL:-}" ]; then exit 0; fi  # the user brings their own LibTorch
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   log "installing torch==$TORCH_VERSION from PyPI into $VENV (a few GB; takes minutes the first time)"
   start=$(date +%s)

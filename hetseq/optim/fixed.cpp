@@ -39,7 +39,7 @@ Fixed::Fixed(Optimizer& optimizer, FixedOptions options) : LrScheduler(optimizer
   optimizer_.set_lr(warmup_factor_ * lr_);
 }
 
-// See Note [Per-epoch --lr lists]: the index is epoch-1, clamped to the list (epoch 0 reads lrs[0]).
+// The lr of epoch `epoch` (1-based), about to begin. See Note [Per-epoch --lr lists].
 double Fixed::get_next_lr(int64_t epoch) const {
   if (!options_.force_anneal || epoch < *options_.force_anneal) {
     const auto last = static_cast<int64_t>(options_.lrs.size()) - 1;
@@ -51,7 +51,7 @@ double Fixed::get_next_lr(int64_t epoch) const {
 
 double Fixed::step(int64_t epoch, std::optional<double> val_loss) {
   LrScheduler::step(epoch, val_loss);
-  lr_ = get_next_lr(epoch);
+  lr_ = get_next_lr(epoch + 1);
   optimizer_.set_lr(warmup_factor_ * lr_);
   return optimizer_.lr();
 }

@@ -15,16 +15,14 @@ namespace hetseq::optim {
 // later epochs. Epochs are 1-based. A schedule's constructor sets lrs[0], the lr of epoch 1, and the
 // trainer calls step(e) at the END of epoch e, so step(e) sets the lr that epoch e+1 trains with.
 //
-// The two epoch-based schedules index the list differently, each as its fairseq original does:
-//  - polynomial_decay (HetSeq's PolynomialDecaySchedule) uses lrs[min(e, size-1)]: e is the 0-based
-//    index of epoch e+1, so epoch k trains with lrs[k-1] -- one list entry per epoch.
-//  - fixed (fairseq's FixedSchedule) uses lrs[min(e-1, size-1)]: fairseq evaluates it for the epoch
-//    about to begin. Called at the end of epoch e it gives epoch e+1 the entry of epoch e, so with
-//    step(e) at epoch ends the list applies one epoch late (epochs 1 and 2 both train with lrs[0]).
-//    Epoch 0 (a trainer that steps before the first epoch) reads lrs[0], never wrapping to the back.
-// With `--force-anneal N`, from step(N) on the list is no longer read: polynomial_decay keeps the
-// optimizer's current lr (multiplied by its warmup factor again, as HetSeq does; the factor is 1
-// after warmup), fixed uses lrs.back() * lr_shrink^(e + 1 - N).
+// Both epoch-based schedules give epoch k the entry lrs[min(k-1, size-1)]: one entry per epoch.
+//  - polynomial_decay (HetSeq's PolynomialDecaySchedule) computes it as lrs[min(e, size-1)] in
+//    step(e), e being the 0-based index of epoch e+1.
+//  - fixed (fairseq's FixedSchedule) is written, as in fairseq, for the epoch k about to begin,
+//    lrs[k-1]; step(e) evaluates it for k = e+1.
+// With `--force-anneal N`, the list is no longer read for epochs from N on: polynomial_decay keeps
+// the optimizer's current lr (multiplied by its warmup factor again, as HetSeq does; the factor is 1
+// after warmup), fixed uses lrs.back() * lr_shrink^(k + 1 - N) for epoch k.
 // step_update() runs after every update and overrides what step() set (polynomial_decay decays from
 // the epoch's lr_, fixed returns to it after warmup); see each schedule.
 

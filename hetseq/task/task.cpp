@@ -4,8 +4,9 @@
 
 namespace hetseq {
 
-StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch) {
+StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch, const BeforeBackward& before_backward) {
   StepOutput out = compute_loss(model, batch);
+  if (before_backward) before_backward(out.loss);
   out.loss.backward();
   return out;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,8 +53,16 @@ class Task {
   /// returned. Must not call backward.
   virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
 
-  /// Forward, loss and backward. The default calls compute_loss and then backward on the summed loss.
-  virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch);
+  /// Called between the forward pass and the backward pass of a train step, with the loss (the
+  /// distributed reducer prepares its gradient hooks here).
+  using BeforeBackward = std::function<void(const torch::Tensor& loss)>;
+
+  /// Forward, loss and backward. The default calls compute_loss, then `before_backward` (if set), then
+  /// backward on the summed loss. An empty batch (a rank with no samples left at the end of an epoch)
+  /// must still give a loss connected to every parameter, with value zero and sample_size 0, so that
+  /// every rank runs the same backward passes.
+  virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch,
+                                const BeforeBackward& before_backward = nullptr);
 
   /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.
   virtual StepOutput valid_step(torch::nn::Module& model, const Batch& batch);

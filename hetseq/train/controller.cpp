@@ -68,10 +68,10 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   local["sample_size"] = 0;
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
-    const Batch& batch = micro_batches[k];
-    reducer_->before_backward(k, count);
-    if (batch.empty()) continue;
-    StepOutput out = task_.train_step(*model_, batch.to(options_.device));
+    // An empty micro-batch still runs (a zero loss over every parameter): every rank must take part
+    // in the same backward passes. See Note [Weighted averaging].
+    StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device),
+                                      [&](const torch::Tensor& loss) { reducer_->before_backward(k, count, loss); });
     out.log.erase("sample_size");
     add_into(local, out.log);
     local["sample_size"] += out.sample_size;

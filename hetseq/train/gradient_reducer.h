@@ -10,9 +10,10 @@ namespace hetseq {
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
-  /// Before the backward pass of micro-batch `index` of `count` in this update. Implementations
-  /// communicate only for the last one (gradient accumulation, HetSeq's no_sync).
-  virtual void before_backward(int64_t index, int64_t count) {}
+  /// Between the forward and the backward pass of micro-batch `index` of `count` in this update, with
+  /// its loss. Implementations communicate only for the last one (gradient accumulation, HetSeq's
+  /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]).
+  virtual void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {}
   /// After the last backward: turns every parameter's gradient into the sum of the gradients of all
   /// ranks, and returns `local` summed over all ranks (sample_size included).
   virtual LogSums finish_update(const LogSums& local) = 0;

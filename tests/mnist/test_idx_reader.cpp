@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,39 +19,20 @@
 #include "hetseq/core/format.h"
 #include "tasks/mnist/idx_reader.h"
 #include "tasks/mnist/mnist_dataset.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using hetseq::mnist::read_idx_images;
 using hetseq::mnist::read_idx_labels;
 
+using hetseq::test::TempDir;
+
 namespace {
 
 constexpr uint32_t kImageMagic = 0x00000803;
 constexpr uint32_t kLabelMagic = 0x00000801;
 
-/// A fresh directory under the system temp directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device entropy;
-    do {
-      const uint64_t tag = (uint64_t{entropy()} << 32) | entropy();
-      path_ = fs::temp_directory_path() / fmt::format("hetseq-mnist-idx-{}-{:016x}", ::getpid(), tag);
-    } while (!fs::create_directory(path_));
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 void append_big_endian(std::vector<uint8_t>& out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -24,11 +25,14 @@
 #include "tasks/mnist/mnist_dataset.h"
 #include "tasks/mnist/mnist_model.h"
 #include "tasks/mnist/mnist_task.h"
+#include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using hetseq::mnist::MnistNetImpl;
 using hetseq::mnist::MnistTask;
+
+using hetseq::test::TempDir;
 
 namespace {
 
@@ -36,29 +40,6 @@ constexpr int64_t kSide = 28;
 constexpr int64_t kPixels = kSide * kSide;
 const char* const kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
-/// A fresh directory under the system temp directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device entropy;
-    do {
-      const uint64_t tag = (uint64_t{entropy()} << 32) | entropy();
-      path_ = fs::temp_directory_path() / fmt::format("hetseq-mnist-task-{}-{:016x}", ::getpid(), tag);
-    } while (!fs::create_directory(path_));
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string path() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 /// Writes an IDX file of unsigned bytes (see Note [IDX format]), gzipped when `path` ends in `.gz`.
 void write_idx(const std::string& path, const std::vector<uint32_t>& sizes, const std::vector<uint8_t>& data) {
@@ -215,7 +196,7 @@ TEST_CASE("the mnist task loads the train and test splits of a data directory", 
                Contains("'valid'") && Contains("train, test"));
   }
   SECTION("a split whose files are missing is an InputError naming --data and the file") {
-    fs::remove(data.dir.file("t10k-labels-idx1-ubyte"));
+    REQUIRE(std::remove(data.dir.file("t10k-labels-idx1-ubyte").c_str()) == 0);
     CHECK_THAT(error_of<hetseq::InputError>([&] { task->load_dataset("test"); }),
                Contains("--data " + data.dir.path()) && Contains("t10k-labels-idx1-ubyte") && Contains("'test'"));
   }

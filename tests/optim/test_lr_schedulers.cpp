@@ -169,29 +169,27 @@ TEST_CASE("polynomial_decay options are validated with the flag in the message",
   require_throws_naming<hetseq::UsageError>([&] { PolynomialDecay s(f.sgd, o); }, "--force-anneal");
 }
 
-TEST_CASE("fixed reads the --lr list at lrs[epoch-1] and anneals by --lr-shrink", "[lr]") {
+TEST_CASE("fixed gives epoch k the entry lrs[k-1] and anneals by --lr-shrink", "[lr]") {
   Fixture f;
   FixedOptions o;
   o.lrs = {0.3, 0.2, 0.1};
   SECTION("list") {
     Fixed sched(f.sgd, o);
     CHECK(sched.name() == "fixed");
-    CHECK(f.sgd.lr() == 0.3);
-    CHECK(sched.step(0) == 0.3);  // clamped, never wraps to the back
-    CHECK(sched.step(1) == 0.3);
-    CHECK(sched.step(2) == 0.2);
-    CHECK(sched.step(3) == 0.1);
-    CHECK(sched.step(7) == 0.1);
+    CHECK(f.sgd.lr() == 0.3);      // epoch 1
+    CHECK(sched.step(1) == 0.2);   // end of epoch 1: epoch 2's lr
+    CHECK(sched.step(2) == 0.1);   // epoch 3
+    CHECK(sched.step(7) == 0.1);   // the last entry holds
     CHECK(sched.step_update(1000) == 0.1);  // no warmup: the epoch's lr
   }
   SECTION("force_anneal") {
     o.force_anneal = 3;
     o.lr_shrink = 0.5;
     Fixed sched(f.sgd, o);
-    CHECK(sched.step(2) == 0.2);
-    CHECK(sched.step(3) == Approx(0.1 * 0.5));
-    CHECK(sched.step(4) == Approx(0.1 * 0.25));
-    CHECK(sched.step(6) == Approx(0.1 * std::pow(0.5, 4)));
+    CHECK(sched.step(1) == 0.2);                                 // epoch 2 < 3: the list
+    CHECK(sched.step(2) == Approx(0.1 * 0.5));                   // epoch 3: 0.1 * 0.5^(3+1-3)
+    CHECK(sched.step(3) == Approx(0.1 * 0.25));                  // epoch 4
+    CHECK(sched.step(5) == Approx(0.1 * std::pow(0.5, 4)));      // epoch 6
   }
 }
 
@@ -204,7 +202,7 @@ TEST_CASE("fixed warms up linearly over --warmup-updates", "[lr]") {
   CHECK(f.sgd.lr() == Approx(0.3 / 4));
   CHECK(sched.step_update(0) == Approx(0.3 * 1 / 4));
   CHECK(sched.step_update(1) == Approx(0.3 * 2 / 4));
-  CHECK(sched.step(2) == Approx(0.2 * 2 / 4));  // the epoch's lr, still scaled by the warmup factor
+  CHECK(sched.step(1) == Approx(0.2 * 2 / 4));  // epoch 2's lr, still scaled by the warmup factor
   CHECK(sched.step_update(2) == Approx(0.2 * 3 / 4));
   CHECK(sched.step_update(3) == Approx(0.2));
   CHECK(sched.step_update(4) == Approx(0.2));

@@ -1,0 +1,25 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace hetseq {
+
+/// Which collective backend a process group uses.
+struct ProcessGroupOptions {
+  std::string backend = "gloo";  // --distributed-backend: gloo (CPU tensors) or nccl (CUDA tensors)
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout, per collective
+  int device_index = 0;          // CUDA device of this rank (nccl)
+};
+
+/// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for
+/// its device type (Gloo for CPU; NCCL for CUDA where LibTorch has CUDA). Throws hetseq::UsageError
+/// for an unknown or unavailable backend, hetseq::InputError when the backend cannot connect.
+c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                          int64_t world_size, const ProcessGroupOptions& options);
+
+}  // namespace hetseq
