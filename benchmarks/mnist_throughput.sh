@@ -2,7 +2,7 @@
 # Single-process MNIST training throughput: hetseq-train vs the same training in PyTorch's Python API.
 #
 #   benchmarks/mnist_throughput.sh [--updates N] [--repeats R] [--build DIR] [--python PY] [--data DIR]
-#                                  [--cpu CPU] [--seed S]
+#                                  [--cpu CPU] [--seed S] [--peer-bookkeeping] [--quiet-wait SECONDS]
 #
 # Runs `hetseq-train --task mnist` and benchmarks/mnist_python_peer.py alternately, R times each (the order
 # flips every repeat: H P, P H, H P, ...), each for N updates of batch 64 with Adam (lr 0.001) on one
@@ -13,7 +13,14 @@
 #
 # Defaults: --updates 300, --repeats 5, --build build (relative to the repository root),
 # --python $HETSEQ_PYTHON or ~/.cache/hetseq/venv-torch-2.11.0/bin/python (the wheel hetseq links),
-# --data /usr/share/datasets/fashion-mnist, --cpu 0, --seed 1.
+# --data /usr/share/datasets/fashion-mnist, --cpu 0, --seed 1. --peer-bookkeeping makes the peer also do
+# hetseq's per-update extras (loss and accuracy read-back, fp64 gradient norm; see mnist_python_peer.py).
+# The environment passes through to both programs (e.g. GLIBC_TUNABLES for allocator experiments).
+# --quiet-wait S: before each run, wait up to S seconds (default 0) until the machine is idle (under 15%
+# of all CPUs busy over 5 s): taskset keeps our run on one CPU but not other work off it. The "cpu%"
+# column is the whole machine's CPU utilisation during the run, from /proc/stat: one busy CPU of the
+# machine's (100/ncpu %) is the run alone; more means something else ran beside it.
+# Fails when hetseq-train changes during the benchmark (rebuilt by someone).
 # See docs/BENCHMARKS.md for results.
 set -euo pipefail
 
@@ -26,6 +33,8 @@ DATA="/usr/share/datasets/fashion-mnist"
 CPU=0
 SEED=1
 BATCH=64
+PEER_ARGS=()
+QUIET_WAIT=0
 
 die() { echo "mnist_throughput: error: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
@@ -40,6 +49,8 @@ while [ "$#" -gt 0 ]; do
     --data) need_value "$@"; DATA="$2"; shift 2 ;;
     --cpu) need_value "$@"; CPU="$2"; shift 2 ;;
     --seed) need_value "$@"; SEED="$2"; shift 2 ;;
+    --peer-bookkeeping) PEER_ARGS+=(--bookkeeping); shift ;;
+    --quiet-wait) need_value "$@"; QUIET_WAIT="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -50,6 +61,7 @@ is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 { is_uint "$REPEATS" && [ "$REPEATS" -ge 1 ]; } || die "--repeats: '$REPEATS' is not a positive integer"
 is_uint "$CPU" || die "--cpu: '$CPU' is not a CPU number"
 is_uint "$SEED" || die "--seed: '$SEED' is not a non-negative integer"
+is_uint "$QUIET_WAIT" || die "--quiet-wait: '$QUIET_WAIT' is not a number of seconds"
 
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 TRAIN="$BUILD/bin/hetseq-train"
@@ -92,11 +104,32 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/mnist_throughput.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
-compilers() { pgrep -c cc1plus 2>/dev/null || true; }
+# "busy total" jiffies of all CPUs so far (first line of /proc/stat; iowait counts as idle).
+cpu_jiffies() {
+  local _cpu user nice system idle iowait irq softirq steal _rest
+  read -r _cpu user nice system idle iowait irq softirq steal _rest </proc/stat
+  echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
+# Whole-machine CPU utilisation in % between two cpu_jiffies snapshots.
+cpu_percent() {
+  local b0 t0 b1 t1
+  read -r b0 t0 <<<"$1"; read -r b1 t1 <<<"$2"
+  if [ "$t1" -gt "$t0" ]; then echo $((100 * (b1 - b0) / (t1 - t0))); else echo 0; fi
+}
+wait_quiet() {
+  local waited=0 before
+  while [ "$waited" -lt "$QUIET_WAIT" ]; do
+    before="$(cpu_jiffies)"; sleep 5; waited=$((waited + 5))
+    [ "$(cpu_percent "$before" "$(cpu_jiffies)")" -ge 15 ] || return 0
+  done
+}
+fingerprint() { stat -L -c '%Y %s %i' "$TRAIN"; }
+TRAIN_ID="$(fingerprint)"
 
 # Prints the samples/s of one run on stdout; on failure prints what went wrong and exits.
 run_hetseq() {
   local out="$WORK/hetseq.out" err="$WORK/hetseq.err" rc=0
+  [ "$(fingerprint)" = "$TRAIN_ID" ] || die "$TRAIN changed during the benchmark (rebuilt?); start again"
   "${PIN[@]}" "$TRAIN" --task mnist --data "$DATA" --max-sentences "$BATCH" --optimizer adam --lr 0.001 \
       --max-update "$UPDATES" --seed "$SEED" --cpu --no-save --disable-validation --log-format json \
       --log-interval 1000000 --num-workers 0 --intra-op-threads 1 --no-progress-bar --clip-norm 0 \
@@ -125,7 +158,7 @@ EOF
 run_python() {
   local out="$WORK/python.out" err="$WORK/python.err" rc=0
   "${PIN[@]}" "$PY" "$PEER" --data "$DATA" --max-update "$UPDATES" --batch-size "$BATCH" --threads 1 \
-      --seed "$SEED" >"$out" 2>"$err" || rc=$?
+      --seed "$SEED" "${PEER_ARGS[@]}" >"$out" 2>"$err" || rc=$?
   if [ "$rc" -ne 0 ]; then
     tail -n 20 "$err" >&2
     die "the Python peer exited with status $rc (the end of its stderr is above)"
@@ -145,23 +178,25 @@ EOF
 echo "# MNIST single-process training throughput (samples/s), hetseq vs PyTorch Python"
 echo "# $UPDATES updates of batch $BATCH, Adam lr 0.001, 1 intra-op thread, ${PIN[*]:-unpinned}, $REPEATS repeats"
 echo "# hetseq: $TRAIN"
-echo "# python: $PY (torch $TORCH_VERSION)"
+echo "# python: $PY (torch $TORCH_VERSION)${PEER_ARGS[*]:+, peer with ${PEER_ARGS[*]}}"
+[ -z "${GLIBC_TUNABLES:-}" ] || echo "# GLIBC_TUNABLES=$GLIBC_TUNABLES"
 echo "# machine: $(getconf _NPROCESSORS_ONLN) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
 echo "# start: $(uptime)"
-printf '%-7s %-7s %12s %8s %10s\n' run impl samples/s load1 compilers
+printf '%-7s %-7s %12s %8s %6s\n' run impl samples/s load1 cpu%
 
 HETSEQ=()
 PYTHON=()
 for ((i = 1; i <= REPEATS; i++)); do
   if ((i % 2 == 1)); then order=(hetseq python); else order=(python hetseq); fi
   for impl in "${order[@]}"; do
-    load="$(load1)"; cc="$(compilers)"
+    wait_quiet
+    load="$(load1)"; before="$(cpu_jiffies)"
     if [ "$impl" = hetseq ]; then
       v="$(run_hetseq)"; HETSEQ+=("$v")
     else
       v="$(run_python)"; PYTHON+=("$v")
     fi
-    printf '%-7s %-7s %12.1f %8s %10s\n' "$i" "$impl" "$v" "$load" "$cc"
+    printf '%-7s %-7s %12.1f %8s %6s\n' "$i" "$impl" "$v" "$load" "$(cpu_percent "$before" "$(cpu_jiffies)")"
   done
 done
 echo "# end: $(uptime)"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <thread>
 
 #include "hetseq/core/logging.h"
 #include <torch/torch.h>
@@ -12,6 +13,11 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/data/batch_loader.h"
+#include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/handshake.h"
+#include "hetseq/distributed/launcher.h"
+#include "hetseq/distributed/process_group.h"
+#include "hetseq/distributed/rendezvous.h"
 #include "hetseq/optim.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/controller.h"
@@ -57,16 +63,17 @@ std::unique_ptr<optim::LrScheduler> make_lr_scheduler(const OptimizationOptions&
   return std::make_unique<optim::InverseSqrt>(optimizer, s);
 }
 
-torch::Device pick_device(bool cpu) {
-  if (!cpu && torch::cuda::is_available()) return torch::Device(torch::kCUDA, 0);
+torch::Device pick_device(bool cpu, int64_t device_id = 0) {
+  if (!cpu && torch::cuda::is_available()) return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_id));
   return torch::kCPU;
 }
 
-// Runs one validation pass over `dataset` and returns the sums over all ranks.
-LogSums validate(Controller& controller, std::shared_ptr<Dataset> dataset, int64_t batch_size, int64_t num_workers) {
+// Runs one validation pass over `dataset`, the split cut across ranks by `plan`, and returns the
+// sums over all ranks.
+LogSums validate(Controller& controller, std::shared_ptr<Dataset> dataset, const DataPlan& plan, int64_t num_workers) {
   EpochIteratorOptions order;
   order.shuffle = false;
-  UpdateStream stream(EpochBatchIterator(dataset->size(), DataPlan::single(batch_size, 1), order),
+  UpdateStream stream(EpochBatchIterator(dataset->size(), plan, order),
                       std::make_shared<BatchLoader>(dataset, num_workers));
   stream.begin_epoch(1);
   LogSums local;
@@ -76,6 +83,52 @@ LogSums validate(Controller& controller, std::shared_ptr<Dataset> dataset, int64
     }
   }
   return controller.reduce_sums(local);
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// This node's workers: --distributed-gpus, else the visible CUDA devices, else 1.
+int64_t local_workers(const TrainOptions& o) {
+  if (o.distributed.gpus) return *o.distributed.gpus;
+  if (!o.common.cpu && torch::cuda::is_available()) return static_cast<int64_t>(torch::cuda::device_count());
+  return 1;
+}
+
+// Starts this node's workers (see hetseq/distributed/launcher.h).
+int launch(const TrainOptions& o, int argc, const char* const argv[], int64_t workers) {
+  const auto& d = o.distributed;
+  LaunchOptions launch;
+  launch.argv.assign(argv, argv + argc);
+  launch.num_workers = workers;
+  launch.first_rank = d.rank;
+  if (o.dataset.max_sentences.size() == 1) {
+    launch.batch_sizes.assign(static_cast<size_t>(workers), o.dataset.max_sentences[0]);
+  } else if (static_cast<int64_t>(o.dataset.max_sentences.size()) == workers) {
+    launch.batch_sizes = o.dataset.max_sentences;
+  } else {
+    throw UsageError(fmt::format("--max-sentences: {} values for the {} workers of this node (--distributed-gpus); "
+                                 "give one value, or one per worker",
+                                 o.dataset.max_sentences.size(), workers));
+  }
+  const bool on_cpu = o.common.cpu || !torch::cuda::is_available();
+  launch.intra_op_threads = o.common.intra_op_threads > 0
+                                ? o.common.intra_op_threads
+                                : (on_cpu ? std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / workers) : 0);
+  if (d.init_method.rfind("tcp://", 0) == 0 && d.rank == 0) {
+    const InitMethod m = parse_init_method(d.init_method, {});
+    launch.host_tcp_store = true;
+    launch.store_host = m.host;
+    launch.store_port = m.port;
+  } else if (d.init_method.empty()) {
+    throw UsageError("--distributed-init-method is needed to start several workers: tcp://HOST:PORT, "
+                     "file:///shared/path or env://");
+  }
+  launch.store_timeout = std::chrono::seconds(d.timeout_s);
+  return launch_workers(launch);
 }
 
 int train(int argc, const char* const argv[]) {
@@ -91,7 +144,37 @@ int train(int argc, const char* const argv[]) {
     return 0;
   }
   const TrainOptions o = read_train_options(args);
+  const auto& d = o.distributed;
   const TaskSpec& spec = TaskRegistry::global().get(o.common.task);
+
+  // A node with several workers starts them and waits (HetSeq's spawn); a worker runs below.
+  const int64_t workers = d.no_spawn ? 1 : local_workers(o);
+  if (workers > 1) return launch(o, argc, argv, workers);
+
+  RendezvousOptions rdv;
+  rdv.init_method = d.init_method;
+  rdv.world_size = d.world_size;
+  rdv.rank = d.rank;
+  rdv.timeout = std::chrono::seconds(d.timeout_s);
+  const auto environment = process_environment();
+  std::optional<int64_t> env_local_rank;
+  bool distributed = d.world_size.value_or(1) > 1;
+  if (!distributed && d.init_method == "env://") distributed = environment.count("WORLD_SIZE") != 0;
+  if (!distributed && d.init_method.empty()) distributed = environment.count("SLURM_NTASKS") != 0 && environment.at("SLURM_NTASKS") != "1";
+  if (distributed) {
+    const InitMethod method = parse_init_method(d.init_method, environment);
+    const bool ranks_from_environment = method.kind == InitMethod::Kind::kEnv || method.kind == InitMethod::Kind::kSlurm;
+    if (ranks_from_environment && !d.rank_given) rdv.rank.reset();  // RANK / SLURM_PROCID say
+    resolve_ranks(method, environment, rdv, env_local_rank);
+    rdv.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0;
+  } else {
+    rdv.world_size = 1;
+    rdv.rank = 0;
+  }
+  const int64_t rank = *rdv.rank;
+  const int64_t world_size = *rdv.world_size;
+  log::set_rank(rank);
+  log::enable_all_ranks(d.log_all_ranks);
   if (o.dataset.max_sentences.size() != 1) {
     throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
                                  o.dataset.max_sentences.size()));
@@ -99,18 +182,19 @@ int train(int argc, const char* const argv[]) {
   if (o.common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(o.common.intra_op_threads));
 
   TaskContext context;
-  context.device = pick_device(o.common.cpu);
+  const int64_t device_id = env_local_rank.value_or(d.device_id);
+  context.device = pick_device(o.common.cpu, device_id);
   context.seed = o.common.seed;
   std::unique_ptr<Task> task = spec.create(args, context);
-  if (!o.checkpoint.no_save) ensure_writable_dir(o.checkpoint.save_dir, "--save-dir");
+  if (!o.checkpoint.no_save && rank == 0) ensure_writable_dir(o.checkpoint.save_dir, "--save-dir");
 
   torch::manual_seed(o.common.seed);
   std::shared_ptr<torch::nn::Module> model = task->build_model();
   model->to(context.device);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
-  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o.common.task,
-               num_params, context.device.str(), torch::get_num_threads());
+  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o.common.task, num_params,
+            context.device.str(), torch::get_num_threads());
 
   auto train_data = task->load_dataset(o.dataset.train_subset);
   std::map<std::string, std::shared_ptr<Dataset>> valid_data;
@@ -120,54 +204,126 @@ int train(int argc, const char* const argv[]) {
   const int64_t batch_size = round_batch_size(o.dataset.max_sentences[0], o.dataset.required_batch_size_multiple);
   const int64_t valid_batch_size = o.dataset.max_sentences_valid.value_or(batch_size);
 
+  // The data plans of all ranks: exchanged in the start handshake. See Note [Data plan].
+  std::vector<std::vector<int64_t>> update_freqs{o.optimization.update_freq};  // [rank][epoch]
+  std::vector<int64_t> batch_sizes{batch_size}, valid_batch_sizes{valid_batch_size};  // [rank]
+  std::shared_ptr<GradientReducer> reducer = std::make_shared<LocalReducer>();
+  std::shared_ptr<DistributedReducer> ddp;
+  std::optional<Rendezvous> joined;
+  if (distributed) {
+    joined = rendezvous(rdv);
+    WorkerInfo mine;
+    mine.rank = rank;
+    mine.world_size = world_size;
+    mine.host = host_name();
+    mine.device = context.device.str();
+    mine.task = o.common.task;
+    mine.num_params = num_params;
+    mine.model_digest = model_digest(*model);
+    mine.options_digest = o.must_match();
+    mine.batch_size = {batch_size};
+    mine.update_freq = o.optimization.update_freq;
+    mine.valid_batch_size = valid_batch_size;
+    const auto infos = exchange_worker_info(*joined->store, mine, rdv.timeout);
+    ProcessGroupOptions pg;
+    pg.backend = !d.backend.empty() ? d.backend : (context.device.is_cuda() ? "nccl" : "gloo");
+    pg.timeout = std::chrono::seconds(d.timeout_s);
+    pg.device_index = static_cast<int>(device_id);
+    if (const InitMethod m = parse_init_method(d.init_method, environment); m.kind != InitMethod::Kind::kFile) {
+      pg.master_host = m.host;
+    }
+    auto group = make_process_group(joined->store, rank, world_size, pg);
+    batch_sizes.clear();
+    valid_batch_sizes.clear();
+    update_freqs.clear();
+    for (const auto& w : infos) {
+      batch_sizes.push_back(w.batch_size.front());
+      valid_batch_sizes.push_back(w.valid_batch_size);
+      update_freqs.push_back(w.update_freq);
+      log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}", w.rank, w.host, w.device,
+                w.batch_size.front(), fmt::join(w.update_freq, ","));
+    }
+    DdpOptions ddp_options;
+    ddp_options.bucket_cap_mb = d.bucket_cap_mb;
+    ddp_options.find_unused_parameters = d.find_unused_parameters;
+    ddp_options.fast_stat_sync = d.fast_stat_sync;
+    ddp = std::make_shared<DistributedReducer>(*model, group, ddp_options);
+    reducer = ddp;
+  }
+  auto plan_for_epoch = [&](int64_t epoch) {
+    DataPlan plan;
+    plan.batch_sizes = batch_sizes;
+    for (const auto& uf : update_freqs) plan.update_freqs.push_back(for_epoch(uf, epoch));
+    plan.rank = rank;
+    plan.validate();
+    return plan;
+  };
+  DataPlan valid_plan;
+  valid_plan.batch_sizes = valid_batch_sizes;
+  valid_plan.update_freqs.assign(valid_batch_sizes.size(), 1);
+  valid_plan.rank = rank;
+
   auto optimizer = make_optimizer(o.optimization, model->parameters());
   auto scheduler = make_lr_scheduler(o.optimization, *optimizer);
   ControllerOptions copts;
   copts.clip_norm = o.optimization.clip_norm;
   copts.seed = o.common.seed;
+  copts.rank = rank;
   copts.device = context.device;
-  Controller controller(*task, model, std::move(optimizer), std::move(scheduler), std::make_shared<LocalReducer>(),
-                        copts);
+  Controller controller(*task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
 
   EpochIteratorOptions order;
   order.seed = o.common.seed;
   order.curriculum = o.dataset.curriculum;
-  UpdateStream stream(
-      EpochBatchIterator(train_data->size(), DataPlan::single(batch_size, o.optimization.update_freq[0]), order),
-      std::make_shared<BatchLoader>(train_data, o.dataset.num_workers));
-  log::info("[train] {} training samples, batch size {}, update-freq {}, {} updates per epoch",
-               train_data->size(), batch_size, o.optimization.update_freq[0], stream.iterator().updates_per_epoch());
+  UpdateStream stream(EpochBatchIterator(train_data->size(), plan_for_epoch(1), order),
+                      std::make_shared<BatchLoader>(train_data, o.dataset.num_workers));
+  log::info("[train] {} training samples, {} samples per update over {} rank(s), {} updates per epoch",
+            train_data->size(), stream.iterator().plan().samples_per_update(), world_size,
+            stream.iterator().updates_per_epoch());
 
-  ProgressLogger progress(o.common.log_format, !o.common.no_progress_bar && ::isatty(fileno(stdout)),
-                          o.common.log_interval);
+  ProgressLogger progress(rank == 0 ? o.common.log_format : LogFormat::kNone,
+                          rank == 0 && !o.common.no_progress_bar && ::isatty(fileno(stdout)), o.common.log_interval);
   const int64_t max_epoch = o.optimization.max_epoch > 0 ? o.optimization.max_epoch : INT64_MAX;
   const int64_t max_update = o.optimization.max_update > 0 ? o.optimization.max_update : INT64_MAX;
   double lr = controller.lr();
   int64_t epoch = 1;
   while (lr > o.optimization.min_lr && epoch <= max_epoch && controller.num_updates() < max_update) {
-    stream.set_plan(DataPlan::single(batch_size, for_epoch(o.optimization.update_freq, epoch)));
+    stream.set_plan(plan_for_epoch(epoch));
     stream.begin_epoch(epoch);
     controller.reset_epoch_meters();
     const int64_t total = stream.updates_left();
     int64_t i = 0;
+    double step_s = 0, wait_s = 0;  // over the current log interval, for --log-all-ranks
     while (!stream.end_of_epoch() && controller.num_updates() < max_update) {
-      controller.train_update(stream.next());
+      std::vector<Batch> batches = stream.next();
+      const auto t0 = std::chrono::steady_clock::now();
+      controller.train_update(batches);
+      step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (ddp) wait_s += ddp->last_timing().exposed_s;
       ++i;
       progress.on_update(epoch, i, total, [&] { return controller.train_stats(); });
+      if (ddp && d.log_all_ranks && i % o.common.log_interval == 0) {
+        // The straggler report: a rank that computes long and waits little holds the others up.
+        log::info("[reducer] update {}: batch size {}, compute {:.1f} ms/update, waiting on communication {:.1f} "
+                  "ms/update",
+                  controller.num_updates(), batch_sizes[static_cast<size_t>(rank)],
+                  1e3 * (step_s - wait_s) / o.common.log_interval, 1e3 * wait_s / o.common.log_interval);
+        step_s = wait_s = 0;
+      }
     }
     progress.log(epoch, "train_epoch", controller.train_stats());
 
     std::optional<double> valid_loss;
     if (!o.dataset.disable_validation && epoch % o.dataset.validate_interval == 0) {
       for (const auto& split : o.dataset.valid_subsets) {
-        const auto stats = controller.valid_stats(validate(controller, valid_data.at(split), valid_batch_size,
+        const auto stats = controller.valid_stats(validate(controller, valid_data.at(split), valid_plan,
                                                            o.dataset.num_workers));
         progress.log(epoch, "valid", stats, split);
         if (!valid_loss) valid_loss = stats.front().value;
       }
     }
     lr = controller.lr_step(epoch, valid_loss);
-    if (!o.checkpoint.no_save) {
+    if (!o.checkpoint.no_save && rank == 0) {
       const fs::path path = fs::path(o.checkpoint.save_dir) / "checkpoint_last.pt";
       save_model(controller.model(), path);
       log::info("[checkpoint] saved {} (epoch {}, {} updates)", path.string(), epoch, controller.num_updates());
@@ -175,7 +331,14 @@ int train(int argc, const char* const argv[]) {
     ++epoch;
   }
   log::info("[train] done: {} updates, {} epochs, {:.1f} s", controller.num_updates(), epoch - 1,
-               controller.meters().wall.elapsed_s());
+            controller.meters().wall.elapsed_s());
+  if (joined) {
+    leave_rendezvous(*joined, rdv.timeout);
+    // Gloo's process-group teardown has been seen to spin for minutes: leave at once.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
   return 0;
 }
 
@@ -230,7 +393,8 @@ int evaluate(int argc, const char* const argv[]) {
                         copts);
   ProgressLogger progress(format, false, 1);
   for (const auto& split : split_names("valid-subset", args["valid-subset"].as<std::string>())) {
-    progress.log(0, "valid", controller.valid_stats(validate(controller, task->load_dataset(split), batch_size, workers)),
+    progress.log(0, "valid",
+                 controller.valid_stats(validate(controller, task->load_dataset(split), DataPlan::single(batch_size, 1), workers)),
                  split);
   }
   return 0;

@@ -15,7 +15,7 @@ const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> table{
       {"batch-size", "max-sentences"}, {"learning-rate", "lr"}, {"wd", "weight-decay"},
       {"me", "max-epoch"},             {"mu", "max-update"},    {"fa", "force-anneal"},
-      {"lr-scheduler", "lr_scheduler"}};
+      {"lr-scheduler", "lr_scheduler"}, {"local_rank", "device-id"}};
   return table;
 }
 
@@ -57,6 +57,18 @@ std::vector<std::string> split_names(const std::string& flag_name, const std::st
     start = comma + 1;
   }
   return out;
+}
+
+std::string TrainOptions::must_match() const {
+  const auto& p = optimization;
+  return fmt::format(
+      "task={} seed={} train-subset={} curriculum={} optimizer={} lr={} clip-norm={} lr_scheduler={} "
+      "warmup-updates={} total-num-update={} end-learning-rate={} power={} max-epoch={} max-update={} "
+      "adam-betas=({},{}) adam-eps={} weight-decay={} bucket-cap-mb={} fast-stat-sync={}",
+      common.task, common.seed, dataset.train_subset, dataset.curriculum, p.optimizer, fmt::join(p.lr, ","),
+      p.clip_norm, p.lr_scheduler, p.warmup_updates, p.total_num_update, p.end_learning_rate, p.power, p.max_epoch,
+      p.max_update, p.adam.beta1, p.adam.beta2, p.adam.eps, p.adam.weight_decay, distributed.bucket_cap_mb,
+      distributed.fast_stat_sync);
 }
 
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
@@ -143,6 +155,25 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
       ("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)",
        text("total-num-update", "1000000"))
       ("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", text("lr-shrink", "0.1"));
+  parser.add_options("Distributed training")
+      ("distributed-world-size", "total number of workers across all nodes (default: this node's workers)",
+       opt_text("distributed-world-size"))
+      ("distributed-rank", "global rank of this node's first worker", text("distributed-rank", "0"))
+      ("distributed-gpus", "workers on this node, worker i on device i (default: CUDA devices, or 1)",
+       opt_text("distributed-gpus"))
+      ("distributed-backend", "gloo or nccl (default: nccl with CUDA, gloo with --cpu or without CUDA)",
+       opt_text("distributed-backend"))
+      ("distributed-init-method", "tcp://HOST:PORT, file:///shared/path or env:// (Slurm's variables when unset)",
+       opt_text("distributed-init-method"))
+      ("device-id", "device of this worker (alias --local_rank; set by the launcher)", text("device-id", "0"))
+      ("distributed-no-spawn", "run one worker in this process instead of starting --distributed-gpus workers",
+       boolean())
+      ("distributed-timeout", "seconds to wait for the rendezvous and for each collective",
+       text("distributed-timeout", "300"))
+      ("bucket-cap-mb", "gradient bucket size in MB", text("bucket-cap-mb", "25"))
+      ("find-unused-parameters", "allow models that leave some parameters out of a step", boolean())
+      ("fast-stat-sync", "reduce logged statistics in one small allreduce", boolean())
+      ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", boolean());
   parser.add_options("Checkpointing")
       ("save-dir", "path to save checkpoints", text("save-dir", "checkpoints"))
       ("no-save", "don't save models or checkpoints", boolean());
@@ -259,6 +290,29 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args) {
     p.power = number(args, "power");
     p.total_num_update = positive(args, "total-num-update");
     p.lr_shrink = number(args, "lr-shrink");
+
+    auto& g = o.distributed;
+    if (args.count("distributed-world-size") || args["distributed-world-size"].has_default()) {
+      g.world_size = positive(args, "distributed-world-size");
+    }
+    g.rank = non_negative(args, "distributed-rank");
+    g.rank_given = args.count("distributed-rank") > 0;
+    if (args.count("distributed-gpus") || args["distributed-gpus"].has_default()) g.gpus = positive(args, "distributed-gpus");
+    if (args.count("distributed-backend")) {
+      g.backend = str(args, "distributed-backend");
+      if (g.backend != "gloo" && g.backend != "nccl") {
+        throw UsageError(fmt::format("--distributed-backend: '{}' is not one of gloo, nccl", g.backend));
+      }
+    }
+    if (args.count("distributed-init-method")) g.init_method = str(args, "distributed-init-method");
+    g.device_id = non_negative(args, "device-id");
+    g.no_spawn = flag(args, "distributed-no-spawn");
+    g.timeout_s = positive(args, "distributed-timeout");
+    g.bucket_cap_mb = number(args, "bucket-cap-mb");
+    if (g.bucket_cap_mb <= 0) throw UsageError(fmt::format("--bucket-cap-mb: {} must be positive", g.bucket_cap_mb));
+    g.find_unused_parameters = flag(args, "find-unused-parameters");
+    g.fast_stat_sync = flag(args, "fast-stat-sync");
+    g.log_all_ranks = flag(args, "log-all-ranks");
 
     o.checkpoint.save_dir = str(args, "save-dir");
     o.checkpoint.no_save = flag(args, "no-save");

@@ -59,6 +59,23 @@ struct OptimizationOptions {
   double lr_shrink = 0.1;
 };
 
+/// HetSeq's distributed flags.
+struct DistributedFlags {
+  std::optional<int64_t> world_size;  // --distributed-world-size (default: this node's workers)
+  int64_t rank = 0;                   // --distributed-rank: global rank of this node's first worker
+  bool rank_given = false;            // whether --distributed-rank was on the command line
+  std::optional<int64_t> gpus;        // --distributed-gpus: workers on this node (default: CUDA devices, or 1)
+  std::string backend;                // --distributed-backend (default: nccl with CUDA, else gloo)
+  std::string init_method;            // --distributed-init-method
+  int64_t device_id = 0;              // --device-id (alias --local_rank)
+  bool no_spawn = false;              // --distributed-no-spawn
+  int64_t timeout_s = 300;            // --distributed-timeout
+  double bucket_cap_mb = 25;          // --bucket-cap-mb
+  bool find_unused_parameters = false;
+  bool fast_stat_sync = false;
+  bool log_all_ranks = false;
+};
+
 struct CheckpointOptions {
   std::string save_dir = "checkpoints";
   bool no_save = false;
@@ -69,7 +86,11 @@ struct TrainOptions {
   CommonOptions common;
   DatasetOptions dataset;
   OptimizationOptions optimization;
+  DistributedFlags distributed;
   CheckpointOptions checkpoint;
+
+  /// The options every rank must share, as readable text (compared in the start handshake).
+  std::string must_match() const;
 };
 
 /// The value of --task in `argv`, if any (looked up before the full parse, so that the task's flags

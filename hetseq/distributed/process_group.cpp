@@ -6,9 +6,61 @@
 #include <torch/cuda.h>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
+namespace {
+
+// The local address this machine uses to reach `host` (a UDP "connect" sends nothing), or "" when it
+// cannot be found.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) return "";
+  std::string out;
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[INET6_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* addr = local.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                                                    : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) != nullptr) out = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return out;
+}
+
+// Gloo's transport device: the interface GLOO_SOCKET_IFNAME names, else the local address that
+// routes to the rendezvous host, else Gloo's default (this host name's address).
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_host) {
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(iface);
+  }
+  if (!master_host.empty()) {
+    const std::string local = local_address_towards(master_host);
+    if (!local.empty()) {
+      log::debug("[process-group] gloo on {} (towards {})", local, master_host);
+      return c10d::ProcessGroupGloo::createDeviceForHostname(local);
+    }
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options) {
@@ -17,7 +69,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
     if (options.backend == "gloo") {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create();
       gloo_options->timeout = options.timeout;
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      gloo_options->devices.push_back(gloo_device(options.master_host));
       auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank),
                                                                   static_cast<int>(world_size), gloo_options);
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);

@@ -14,6 +14,9 @@ struct ProcessGroupOptions {
   std::string backend = "gloo";  // --distributed-backend: gloo (CPU tensors) or nccl (CUDA tensors)
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout, per collective
   int device_index = 0;          // CUDA device of this rank (nccl)
+  /// The rendezvous host (tcp://, env://), when there is one: Gloo listens on the local address
+  /// that routes to it. GLOO_SOCKET_IFNAME, when set, names the interface instead.
+  std::string master_host;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for

@@ -63,7 +63,7 @@ TEST_CASE("malformed flags and invalid combinations exit 2 with one clear line",
   }
 }
 
-TEST_CASE("--help lists HetSeq's flag groups and exits 0", "[cli]") {
+TEST_CASE("hetseq-train --help lists HetSeq's flag groups and exits 0", "[cli]") {
   const auto r = train({"--help"});
   CHECK(r.exit_code == 0);
   for (const char* s : {"--max-sentences", "--update-freq", "--adam-betas", "--lr_scheduler", "--save-dir",

@@ -141,7 +141,7 @@ TEST_CASE("the mnist task is registered with its flags and defaults", "[mnist][t
   CHECK_THAT(options.help({"MNIST task"}), Contains("--dropout"));
 }
 
-TEST_CASE("--dropout is parsed strictly", "[mnist][task]") {
+TEST_CASE("mnist: --dropout is parsed strictly", "[mnist][task]") {
   SyntheticData data;
   const std::string data_flag = "--data=" + data.dir.path();
 
@@ -167,7 +167,7 @@ TEST_CASE("--dropout is parsed strictly", "[mnist][task]") {
   }
 }
 
-TEST_CASE("--data must name an existing directory", "[mnist][task]") {
+TEST_CASE("mnist: --data must name an existing directory", "[mnist][task]") {
   TempDir dir;
   const std::string missing = dir.file("no-such-dir");
   CHECK_THAT(error_of<hetseq::InputError>([&] { make_task({"--data", missing}); }),

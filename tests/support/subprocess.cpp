@@ -123,6 +123,60 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::sec
   return run_processes({argv}, deadline, {env}).front();
 }
 
+Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  Child c = spawn(argv, env, dir_.path(), 0);
+  pid_ = c.pid;
+}
+
+Process::~Process() {
+  if (!reaped_) {
+    ::kill(-pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+std::string Process::err_so_far() const { return slurp(dir_.path() + "/err.0"); }
+
+bool Process::wait_for_err(const std::string& text, std::chrono::seconds deadline) const {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < end) {
+    if (err_so_far().find(text) != std::string::npos) return true;
+    siginfo_t info{};
+    if (!reaped_ && ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pid_) {
+      return err_so_far().find(text) != std::string::npos;  // exited without writing it
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+ProcessResult Process::wait(std::chrono::seconds deadline) {
+  if (!reaped_) {
+    Child c;
+    c.pid = pid_;
+    const auto end = std::chrono::steady_clock::now() + deadline;
+    while (!reap(c, WNOHANG)) {
+      if (std::chrono::steady_clock::now() > end) {
+        ::kill(-pid_, SIGKILL);
+        reap(c, 0);
+        c.result.timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(-pid_, SIGKILL);
+    reaped_ = true;
+    result_ = c.result;
+    result_.out = slurp(dir_.path() + "/out.0");
+    result_.err = slurp(dir_.path() + "/err.0");
+  }
+  return result_;
+}
+
+void Process::kill() { ::kill(-pid_, SIGKILL); }
+
 std::string binary_path(const std::string& name) { return std::string(HETSEQ_BINARY_DIR) + "/bin/" + name; }
 
 }  // namespace hetseq::test

@@ -29,6 +29,33 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
                                          std::chrono::seconds deadline,
                                          const std::vector<std::map<std::string, std::string>>& envs = {});
 
+/// A child process started now and waited for later, for tests that start ranks one after another
+/// (e.g. reading the port that rank 0's store got before starting the others).
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  ~Process();  // kills the process group if still running
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  /// What the process wrote to stderr so far.
+  std::string err_so_far() const;
+  /// Waits until stderr contains `text` or the process exits or `deadline` passes; returns whether
+  /// the text appeared.
+  bool wait_for_err(const std::string& text, std::chrono::seconds deadline) const;
+  /// Waits at most `deadline` for the exit, kills the process group after that; returns the result.
+  ProcessResult wait(std::chrono::seconds deadline);
+  /// Sends SIGKILL to the process group.
+  void kill();
+  int pid() const { return pid_; }
+
+ private:
+  TempDir dir_;
+  int pid_ = -1;
+  bool reaped_ = false;
+  ProcessResult result_;
+};
+
 /// Path of a built program: build/bin/<name>.
 std::string binary_path(const std::string& name);
 

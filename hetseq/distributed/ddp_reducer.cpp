@@ -1,0 +1,275 @@
+#include "hetseq/distributed/ddp_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
+
+namespace hetseq {
+
+// Note [Bucketed reduction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// What is reduced: every parameter that requires a gradient, once (shared parameters are
+// deduplicated), in the order of named_parameters(). See Note [Weighted averaging] for why the
+// reduction is a plain SUM over ranks: the comm hook below allreduces with SUM and divides by
+// nothing; the Controller divides by the global sample size afterwards.
+//
+// Bucket layout. Gradients are copied into flat buckets, one allreduce per bucket, so that a few
+// large messages replace many small ones. Backward produces gradients roughly in the reverse of the
+// order in which the parameters were registered, so the first layout walks the parameters from the
+// last to the first and cuts a bucket whenever it reaches its cap
+// (c10d::compute_bucket_assignment_by_size): bucket 0 holds the last parameters, the first ready.
+// The first bucket's cap is min(1 MiB, --bucket-cap-mb), so that the network starts early; the
+// others use --bucket-cap-mb (a parameter larger than the cap gets a bucket of its own). After the
+// first reduced backward, c10d::Reducer records the order in which gradients actually arrived, and at
+// the start of the second reduced backward (rebuild_buckets, called from before_backward) it cuts the
+// buckets again along that order, as rank 0 saw it, broadcast to every rank. Whether rebuilt or not,
+// every rank has the same bucket list, which is what lets the allreduces of different ranks match up.
+//
+// Overlap. For the last micro-batch of an update, before_backward calls prepare_for_backward, which
+// arms a post-hook on every parameter's gradient accumulator. When a gradient is final its hook copies
+// it into its bucket; when a bucket is full and every bucket before it has started, its allreduce
+// starts (asynchronously, on the backend's threads) while backward goes on computing the gradients of
+// earlier layers. At the end of backward an autograd-engine callback waits for every bucket, copies
+// the sums back into each parameter's .grad, and (with --find-unused-parameters) uses an allreduced
+// "used" bitmap to leave gradients of parameters that no rank used untouched; finish_update then
+// makes those zero. Earlier micro-batches of the update (gradient accumulation, HetSeq's no_sync)
+// do not arm the hooks: they only accumulate into .grad, and the last backward reduces the total.
+//
+// Unused parameters. Without --find-unused-parameters every parameter must get a gradient in the last
+// backward of an update: a bucket that never fills never starts its allreduce, the peers wait on it
+// until the timeout, and this rank's finish_update throws naming the parameters. With it,
+// prepare_for_backward walks the autograd graph from the loss and marks the parameters not in it as
+// ready (zeros in their bucket slots) as soon as the first gradient arrives.
+
+namespace detail {
+
+/// The times of one update's bucket allreduces: launches come from the autograd thread, completions
+/// from the backend's threads.
+struct CommClock {
+  using Clock = std::chrono::steady_clock;
+
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex);
+    launched = 0;
+  }
+  void on_launch() {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto now = Clock::now();
+    if (launched++ == 0) {
+      first_launch = now;
+      last_done = now;
+    }
+    last_launch = now;
+  }
+  void on_done() {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_done = std::max(last_done, Clock::now());
+  }
+  int64_t launches() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return launched;
+  }
+  ReductionTiming timing() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ReductionTiming t;
+    t.buckets = launched;
+    if (launched > 0) {
+      t.comm_s = std::chrono::duration<double>(last_done - first_launch).count();
+      t.exposed_s = std::max(0.0, std::chrono::duration<double>(last_done - last_launch).count());
+    }
+    return t;
+  }
+
+  std::mutex mutex;
+  int64_t launched = 0;
+  Clock::time_point first_launch, last_launch, last_done;
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial state broadcast
+
+// Allreduce(SUM) of one bucket, with no division by the world size (see Note [Weighted averaging]).
+// c10d::_AllReduceBySumCommHook does the same, but libtorch does not export its symbols. A failed or
+// timed-out allreduce becomes a hetseq::InputError naming the rank and the bucket; the Reducer waits on
+// the returned future at the end of backward, so the error comes out of backward().
+class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+ public:
+  SumCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, std::shared_ptr<detail::CommClock> clock)
+      : c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>>(std::move(group)),
+        clock_(std::move(clock)) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    clock_->on_launch();
+    std::vector<at::Tensor> tensors{bucket.getBufferRef()};
+    const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
+    auto future = state_->allreduce(tensors)->getFuture();
+    return future->then(
+        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index = bucket.getIndex(),
+         bytes](c10::ivalue::Future& done) -> c10::IValue {
+          clock->on_done();
+          if (done.hasError()) {
+            throw InputError(fmt::format(
+                "rank {} of {}: the allreduce of gradient bucket {} ({} bytes) failed: {} (a peer died, fell "
+                "behind past the process group's timeout, or ran a different number of backward passes)",
+                rank, size, index, bytes, done.tryRetrieveErrorMessage()));
+          }
+          return done.value();
+        },
+        future->elementType());
+  }
+
+ private:
+  std::shared_ptr<detail::CommClock> clock_;
+};
+
+c10::Device model_device(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
+}
+
+}  // namespace
+
+DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                       DdpOptions options)
+    : group_(std::move(group)),
+      options_(options),
+      clock_(std::make_shared<detail::CommClock>()),
+      stats_(group_, model_device(model), options.fast_stat_sync) {
+  HETSEQ_ASSERT(group_, "DistributedReducer built without a process group");
+  rank_ = group_->getRank();
+  world_size_ = group_->getSize();
+  if (!std::isfinite(options_.bucket_cap_mb) || options_.bucket_cap_mb <= 0) {
+    throw UsageError(fmt::format("--bucket-cap-mb: {} is not a positive number of MiB", options_.bucket_cap_mb));
+  }
+
+  // The parameters to reduce, once each, and their names for error messages.
+  std::unordered_set<const c10::TensorImpl*> seen;
+  std::unordered_map<size_t, std::string> names;  // [param index] qualified name
+  std::vector<torch::Tensor> state;                // parameters and buffers, broadcast from rank 0
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    state.push_back(p.detach());
+    if (!p.requires_grad()) continue;
+    names[params_.size()] = item.key();
+    param_names_.push_back(item.key());
+    params_.push_back(p);
+  }
+  for (const auto& b : model.buffers()) {
+    if (b.defined() && seen.insert(b.unsafeGetTensorImpl()).second) state.push_back(b.detach());
+  }
+  if (params_.empty()) {
+    throw InputError(fmt::format("rank {}: the model has no parameter that takes a gradient; nothing to train", rank_));
+  }
+
+  try {
+    c10d::verify_params_across_processes(group_, state, std::nullopt);
+  } catch (const c10::Error& e) {
+    throw InputError(fmt::format("rank {} of {}: the model's parameters or buffers differ from rank 0's: {}", rank_,
+                                 world_size_, e.what_without_backtrace()));
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    c10d::broadcast_coalesced(group_, state, kBroadcastBucketBytes, 0);
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("rank {} of {}: broadcasting the model from rank 0 failed: {}", rank_, world_size_,
+                                 e.what()));
+  }
+
+  // See Note [Bucketed reduction] for the layout.
+  const auto cap_bytes = std::max<int64_t>(1, std::llround(options_.bucket_cap_mb * 1024.0 * 1024.0));
+  const auto first_cap_bytes = std::min<int64_t>(cap_bytes, c10d::kDefaultFirstBucketBytes);
+  const size_t n = params_.size();
+  std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
+  std::vector<int64_t> reversed_indices;  // [position in `reversed`] index in params_
+  for (size_t i = n; i-- > 0;) reversed_indices.push_back(static_cast<int64_t>(i));
+  const std::vector<bool> dense(n, false);  // no parameter expects a sparse gradient
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      reversed, {static_cast<size_t>(first_cap_bytes), static_cast<size_t>(cap_bytes)}, dense, reversed_indices);
+  num_buckets_ = static_cast<int64_t>(buckets.size());
+
+  reducer_ = std::make_shared<c10d::Reducer>(params_, std::move(buckets), group_, dense, cap_bytes,
+                                             options_.find_unused_parameters,
+                                             /*gradient_as_bucket_view=*/false, std::move(names), first_cap_bytes,
+                                             /*skip_all_reduce_unused_params=*/false,
+                                             /*use_python_reducer=*/false,
+                                             /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  // The Reducer reports errors and unused-parameter changes through a Logger it expects to exist.
+  logger_ = std::make_shared<c10d::Logger>(reducer_);
+  reducer_->set_logger(logger_);
+  reducer_->register_comm_hook(std::make_unique<SumCommHook>(group_, clock_));
+  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), {}, {} stat sync",
+             rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes,
+             options_.find_unused_parameters ? "finding unused parameters" : "every parameter used",
+             options_.fast_stat_sync ? "fast" : "gathered");
+}
+
+DistributedReducer::~DistributedReducer() = default;
+
+void DistributedReducer::before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {
+  HETSEQ_ASSERT(0 <= index && index < count, "micro-batch {} of {}", index, count);
+  if (index != count - 1) return;  // accumulate locally; see Note [Bucketed reduction]
+  try {
+    if (reducer_->rebuild_buckets()) {
+      const std::vector<int64_t> sizes = logger_->get_bucket_sizes();
+      num_buckets_ = static_cast<int64_t>(sizes.size());
+      log::debug("[reducer] rank {}: buckets rebuilt in gradient order: [{}] bytes", rank_, fmt::join(sizes, ", "));
+    }
+  } catch (const c10::Error& e) {
+    throw InputError(fmt::format("rank {} of {}: the previous gradient reduction did not finish: {}", rank_,
+                                 world_size_, e.what_without_backtrace()));
+  }
+  clock_->reset();
+  reducer_->prepare_for_forward();
+  reducer_->prepare_for_backward(options_.find_unused_parameters ? std::vector<torch::Tensor>{loss}
+                                                                 : std::vector<torch::Tensor>{});
+  armed_ = true;
+}
+
+LogSums DistributedReducer::finish_update(const LogSums& local) {
+  HETSEQ_ASSERT(armed_,
+                "finish_update without before_backward for the update's last micro-batch (a Task::train_step must "
+                "call its before_backward hook)");
+  armed_ = false;
+  timing_ = clock_->timing();
+  if (timing_.buckets != num_buckets_) {
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad().defined()) missing.push_back(param_names_[i]);
+    }
+    throw InputError(fmt::format(
+        "rank {} of {}: only {} of {} gradient buckets were reduced: some parameters got no gradient in the last "
+        "backward of this update (parameters without any gradient: [{}]). Use --find-unused-parameters "
+        "when the model leaves parameters unused",
+        rank_, world_size_, timing_.buckets, num_buckets_, fmt::join(missing, ", ")));
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused on every rank
+    }
+  }
+  return stats_.sum(local);
+}
+
+LogSums DistributedReducer::reduce_sums(const LogSums& local) { return stats_.sum(local); }
+
+std::vector<int64_t> DistributedReducer::bucket_sizes() const { return logger_->get_bucket_sizes(); }
+
+}  // namespace hetseq

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/nn/module.h>
+
+#include "hetseq/distributed/stat_sync.h"
+#include "hetseq/train/gradient_reducer.h"
+
+namespace c10d {
+class Logger;
+class Reducer;
+}  // namespace c10d
+
+namespace hetseq {
+
+namespace detail {
+struct CommClock;
+}  // namespace detail
+
+/// What the distributed reducer needs from the command line.
+struct DdpOptions {
+  double bucket_cap_mb = 25;            // --bucket-cap-mb: largest gradient bucket, in MiB (fractions allowed)
+  bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
+  bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
+};
+
+/// How the gradient reduction of the last update went, for logging.
+struct ReductionTiming {
+  int64_t buckets = 0;   // bucket allreduces started
+  double comm_s = 0;     // from the first bucket's start to the last bucket's completion
+  double exposed_s = 0;  // of which after the last bucket was ready: time backward spent waiting on the network
+};
+
+/// Data-parallel gradient reduction over a c10d process group, driven by LibTorch's own c10d::Reducer
+/// (the engine behind PyTorch's DistributedDataParallel): gradients are summed over the ranks in
+/// buckets whose allreduces start during backward. See Note [Bucketed reduction] and
+/// Note [Weighted averaging]. The Controller calls it; the training driver builds it.
+class DistributedReducer final : public GradientReducer {
+ public:
+  /// Broadcasts `model`'s parameters and buffers from rank 0 (so all ranks start identical), checks
+  /// that every rank has the same parameter shapes (hetseq::InputError otherwise), then builds the
+  /// buckets. `model` must outlive the reducer. Every rank of `group` must construct one at the same
+  /// point.
+  DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group, DdpOptions options);
+  ~DistributedReducer() override;
+  DistributedReducer(const DistributedReducer&) = delete;
+  DistributedReducer& operator=(const DistributedReducer&) = delete;
+
+  /// For the last micro-batch of an update (`index == count - 1`) arms the gradient hooks, so that
+  /// the following backward reduces the gradients; earlier micro-batches only accumulate locally.
+  void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) override;
+  /// After the last backward: every parameter's gradient is the sum over all ranks (zeros for a
+  /// parameter no rank used, with find_unused_parameters); returns `local` summed over the ranks.
+  /// Throws hetseq::InputError when a parameter got no gradient without find_unused_parameters.
+  LogSums finish_update(const LogSums& local) override;
+  /// Sums statistics over all ranks (validation); see Note [Stat sync].
+  LogSums reduce_sums(const LogSums& local) override;
+
+  /// Each rank's statistics from the last finish_update or reduce_sums, `[rank]`; empty with
+  /// fast_stat_sync.
+  const std::vector<LogSums>& last_per_rank() const { return stats_.last_per_rank(); }
+  /// Timing of the last update's gradient reduction.
+  const ReductionTiming& last_timing() const { return timing_; }
+  /// Size in bytes of each bucket, `[bucket]` in reduction order (the layout can change once, after
+  /// the first update; see Note [Bucketed reduction]).
+  std::vector<int64_t> bucket_sizes() const;
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  DdpOptions options_;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  std::vector<torch::Tensor> params_;          // [param] the reduced parameters, in registration order
+  std::vector<std::string> param_names_;       // [param] qualified names
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
+  std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook
+  StatSync stats_;
+  int64_t num_buckets_ = 0;
+  bool armed_ = false;                          // before_backward armed this update's hooks
+  ReductionTiming timing_;
+};
+
+}  // namespace hetseq

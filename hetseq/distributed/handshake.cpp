@@ -1,0 +1,97 @@
+#include "hetseq/distributed/handshake.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+namespace {
+
+nlohmann::json to_json(const WorkerInfo& w) {
+  return {{"rank", w.rank},
+          {"world_size", w.world_size},
+          {"host", w.host},
+          {"device", w.device},
+          {"task", w.task},
+          {"num_params", w.num_params},
+          {"model_digest", w.model_digest},
+          {"options_digest", w.options_digest},
+          {"batch_size", w.batch_size},
+          {"update_freq", w.update_freq},
+          {"valid_batch_size", w.valid_batch_size}};
+}
+
+WorkerInfo from_json(const nlohmann::json& j) {
+  WorkerInfo w;
+  w.rank = j.at("rank");
+  w.world_size = j.at("world_size");
+  w.host = j.at("host");
+  w.device = j.at("device");
+  w.task = j.at("task");
+  w.num_params = j.at("num_params");
+  w.model_digest = j.at("model_digest");
+  w.options_digest = j.at("options_digest");
+  w.batch_size = j.at("batch_size").get<std::vector<int64_t>>();
+  w.update_freq = j.at("update_freq").get<std::vector<int64_t>>();
+  w.valid_batch_size = j.at("valid_batch_size");
+  return w;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string model_digest(const torch::nn::Module& model) {
+  std::string text;
+  for (const auto& p : model.named_parameters(true)) text += fmt::format("{}:{};", p.key(), fmt::join(p.value().sizes(), "x"));
+  for (const auto& b : model.named_buffers(true)) text += fmt::format("{}:{};", b.key(), fmt::join(b.value().sizes(), "x"));
+  return fmt::format("{:016x}", fnv1a(text));
+}
+
+std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInfo& mine,
+                                             std::chrono::milliseconds timeout) {
+  const std::string payload = to_json(mine).dump();
+  store.set(fmt::format("hetseq/handshake/{}", mine.rank), std::vector<uint8_t>(payload.begin(), payload.end()));
+  std::vector<WorkerInfo> all;
+  for (int64_t r = 0; r < mine.world_size; ++r) {
+    const std::string key = fmt::format("hetseq/handshake/{}", r);
+    try {
+      store.wait({key}, timeout);
+    } catch (const c10::Error&) {
+      throw InputError(fmt::format("rank {}: rank {} never published its start information within {} s", mine.rank, r,
+                                   std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    }
+    const auto bytes = store.get(key);
+    all.push_back(from_json(nlohmann::json::parse(std::string(bytes.begin(), bytes.end()))));
+  }
+  const WorkerInfo& ref = all.front();
+  for (const auto& w : all) {
+    auto mismatch = [&](const std::string& what, const std::string& a, const std::string& b) {
+      return InputError(fmt::format("rank {} ({}) and rank 0 ({}) disagree on {}: {} vs {}; start every node with the "
+                                    "same {}",
+                                    w.rank, w.host, ref.host, what, b, a, what));
+    };
+    if (w.world_size != ref.world_size) {
+      throw mismatch("--distributed-world-size", std::to_string(ref.world_size), std::to_string(w.world_size));
+    }
+    if (w.task != ref.task) throw mismatch("--task", ref.task, w.task);
+    if (w.num_params != ref.num_params || w.model_digest != ref.model_digest) {
+      throw mismatch("model (parameter count and shapes)", fmt::format("{} parameters, digest {}", ref.num_params, ref.model_digest),
+                     fmt::format("{} parameters, digest {}", w.num_params, w.model_digest));
+    }
+    if (w.options_digest != ref.options_digest) {
+      throw mismatch("training options (seed, optimizer, learning rate schedule, data, limits)", ref.options_digest,
+                     w.options_digest);
+    }
+  }
+  return all;
+}
+
+}  // namespace hetseq

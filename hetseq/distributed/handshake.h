@@ -1,0 +1,38 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/nn/module.h>
+
+namespace hetseq {
+
+/// What each rank tells the others at start. The ranks must agree on everything but their own batch
+/// sizes, update frequencies, hosts and devices.
+struct WorkerInfo {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::string host;
+  std::string device;
+  std::string task;
+  int64_t num_params = 0;
+  std::string model_digest;            // parameter names and shapes (see model_digest)
+  std::string options_digest;          // flags that must match on every rank
+  std::vector<int64_t> batch_size;     // [epoch] this rank's --max-sentences (one value today)
+  std::vector<int64_t> update_freq;    // [epoch] this rank's --update-freq list
+  int64_t valid_batch_size = 0;
+};
+
+/// A digest of the model's parameter and buffer names and shapes.
+std::string model_digest(const torch::nn::Module& model);
+
+/// Publishes `mine` in the store and reads every rank's info (each read waits up to `timeout`).
+/// Checks that all ranks agree on world size, task, model and options; throws hetseq::InputError
+/// naming the disagreeing ranks and what differs. Returns the infos indexed by rank.
+std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInfo& mine,
+                                             std::chrono::milliseconds timeout);
+
+}  // namespace hetseq

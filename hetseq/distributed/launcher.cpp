@@ -1,0 +1,137 @@
+#include "hetseq/distributed/launcher.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+
+extern char** environ;
+
+namespace hetseq {
+namespace {
+
+// Flags the launcher sets per worker; their values on the node's command line are dropped.
+const std::set<std::string>& per_worker_flags() {
+  static const std::set<std::string> flags{"--distributed-rank", "--device-id",      "--local_rank",
+                                           "--intra-op-threads", "--max-sentences",  "--batch-size",
+                                           "--distributed-init-method"};
+  return flags;
+}
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
+std::vector<std::string> worker_command_line(const LaunchOptions& o, int64_t i, const std::string& init_method) {
+  std::vector<std::string> out{o.argv.front()};
+  for (size_t k = 1; k < o.argv.size(); ++k) {
+    const std::string& a = o.argv[k];
+    const std::string name = a.substr(0, a.find('='));
+    if (a == "--distributed-no-spawn") continue;
+    if (per_worker_flags().count(name)) {
+      if (a.find('=') == std::string::npos) ++k;  // skip its value too
+      continue;
+    }
+    out.push_back(a);
+  }
+  out.insert(out.end(), {"--distributed-no-spawn", "--distributed-rank", std::to_string(o.first_rank + i),
+                         "--device-id", std::to_string(i), "--max-sentences",
+                         std::to_string(o.batch_sizes[static_cast<size_t>(i)]), "--distributed-init-method",
+                         init_method});
+  if (o.intra_op_threads > 0) out.insert(out.end(), {"--intra-op-threads", std::to_string(o.intra_op_threads)});
+  return out;
+}
+
+int launch_workers(const LaunchOptions& o) {
+  HETSEQ_ASSERT(static_cast<int64_t>(o.batch_sizes.size()) == o.num_workers, "one batch size per local worker");
+  std::string init_method;
+  c10::intrusive_ptr<c10d::TCPStore> store;  // kept alive while the workers run
+  if (o.host_tcp_store) {
+    c10d::TCPStoreOptions tcp;
+    tcp.port = o.store_port;
+    tcp.isServer = true;
+    tcp.waitWorkers = false;
+    tcp.timeout = o.store_timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(o.store_host, tcp);
+    } catch (const c10::Error& e) {
+      throw InputError(fmt::format("--distributed-init-method tcp://{}:{}: cannot host the rendezvous store: {}",
+                                   o.store_host, o.store_port, e.what_without_backtrace()));
+    }
+    init_method = fmt::format("tcp://{}:{}", o.store_host, store->getPort());
+    log::info("[launcher] rendezvous store listening on {}:{}", o.store_host, store->getPort());
+  } else {
+    for (size_t k = 1; k < o.argv.size(); ++k) {
+      if (o.argv[k] == "--distributed-init-method" && k + 1 < o.argv.size()) init_method = o.argv[k + 1];
+      if (o.argv[k].rfind("--distributed-init-method=", 0) == 0) init_method = o.argv[k].substr(26);
+    }
+  }
+
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  if (o.host_tcp_store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  std::vector<pid_t> pids;  // [worker]
+  for (int64_t i = 0; i < o.num_workers; ++i) {
+    std::vector<std::string> args = worker_command_line(o, i, init_method);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+    if (rc != 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      throw InputError(fmt::format("[launcher] cannot start worker {} (rank {}): {}", i, o.first_rank + i, std::strerror(rc)));
+    }
+    pids.push_back(pid);
+  }
+  log::info("[launcher] started {} workers, ranks {}..{}", o.num_workers, o.first_rank, o.first_rank + o.num_workers - 1);
+
+  int result = 0;
+  std::vector<bool> done(pids.size(), false);
+  size_t remaining = pids.size();
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  while (remaining > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (pids[i] != pid || done[i]) continue;
+        done[i] = true;
+        --remaining;
+        const int code = exit_code_of(status);
+        if (code != 0 && result == 0) {
+          result = code;
+          log::error("[launcher] rank {} (worker {}, pid {}) failed with exit code {}; stopping the other workers",
+                     o.first_rank + static_cast<int64_t>(i), i, pid, code);
+          for (size_t j = 0; j < pids.size(); ++j) {
+            if (!done[j]) ::kill(pids[j], SIGTERM);
+          }
+          kill_at = std::chrono::steady_clock::now() + o.grace;
+        }
+      }
+      continue;
+    }
+    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+      for (size_t j = 0; j < pids.size(); ++j) {
+        if (!done[j]) ::kill(pids[j], SIGKILL);
+      }
+      kill_at.reset();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace hetseq

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hetseq {
+
+/// How a node starts its local workers (HetSeq's --distributed-gpus G --distributed-rank R).
+struct LaunchOptions {
+  std::vector<std::string> argv;        // this process's command line, argv[0] included
+  int64_t num_workers = 1;              // G: workers on this node, worker i on device i
+  int64_t first_rank = 0;               // R: global rank of worker 0
+  std::vector<int64_t> batch_sizes;     // [worker] --max-sentences of each local worker
+  int64_t intra_op_threads = 0;         // per worker; 0 leaves LibTorch's default
+  /// When this node holds rank 0 and the init method is tcp://HOST:PORT, the launcher hosts the TCP
+  /// store itself (so PORT may be 0: it reads back the port it got and tells its workers).
+  bool host_tcp_store = false;
+  std::string store_host;
+  uint16_t store_port = 0;
+  std::chrono::milliseconds store_timeout{std::chrono::minutes(5)};
+  std::chrono::seconds grace{10};       // how long stopped workers get before SIGKILL
+};
+
+/// Environment variable the launcher sets for its workers when it hosts the TCP store.
+inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
+
+/// The command line of local worker `i`: `argv` without the launcher-level flags, plus
+/// --distributed-no-spawn, its rank, device and batch size.
+std::vector<std::string> worker_command_line(const LaunchOptions& options, int64_t i, const std::string& init_method);
+
+/// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits
+/// for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the
+/// launcher reports the failing rank. Returns 0 when all succeeded, else the first failure's code.
+int launch_workers(const LaunchOptions& options);
+
+}  // namespace hetseq

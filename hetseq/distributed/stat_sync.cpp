@@ -1,0 +1,207 @@
+#include "hetseq/distributed/stat_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
+namespace hetseq {
+namespace {
+
+// FNV-1a over the names, each followed by a NUL so that {"ab"} and {"a", "b"} differ.
+uint32_t hash_names(const LogSums& sums) {
+  uint32_t h = 2166136261u;
+  auto mix = [&h](unsigned char c) {
+    h ^= c;
+    h *= 16777619u;
+  };
+  for (const auto& [name, value] : sums) {
+    for (unsigned char c : name) mix(c);
+    mix(0);
+  }
+  return h;
+}
+
+std::vector<std::string> names_of(const LogSums& sums) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : sums) names.push_back(name);
+  return names;
+}
+
+// Serialised LogSums: per entry a uint32 name length, the name's bytes, the value as 8 raw bytes.
+std::vector<uint8_t> serialise(const LogSums& sums) {
+  std::vector<uint8_t> out;
+  for (const auto& [name, value] : sums) {
+    const auto length = static_cast<uint32_t>(name.size());
+    const size_t at = out.size();
+    out.resize(at + sizeof(length) + name.size() + sizeof(value));
+    std::memcpy(out.data() + at, &length, sizeof(length));
+    std::memcpy(out.data() + at + sizeof(length), name.data(), name.size());
+    std::memcpy(out.data() + at + sizeof(length) + name.size(), &value, sizeof(value));
+  }
+  return out;
+}
+
+LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
+  LogSums sums;
+  size_t at = 0;
+  while (at < size) {
+    uint32_t length = 0;
+    HETSEQ_ASSERT(at + sizeof(length) <= size, "stat sync: truncated entry from rank {}", from_rank);
+    std::memcpy(&length, data + at, sizeof(length));
+    at += sizeof(length);
+    HETSEQ_ASSERT(at + length + sizeof(double) <= size, "stat sync: truncated entry from rank {}", from_rank);
+    std::string name(reinterpret_cast<const char*>(data + at), length);
+    at += length;
+    double value = 0;
+    std::memcpy(&value, data + at, sizeof(value));
+    at += sizeof(value);
+    sums[name] = value;
+  }
+  return sums;
+}
+
+}  // namespace
+
+// Note [Stat sync]
+// ~~~~~~~~~~~~~~~~
+// The sums of an update (loss, nll_loss, ntokens, sample_size, ...) are added over the ranks in one
+// of two ways.
+//
+// Fast (--fast-stat-sync): one allreduce(SUM) of a float64 tensor
+//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} ]
+// where the v are the values in the order of their sorted names, and rank r writes the 32-bit hash
+// h_r of its names and their count c_r into its own pair of slots (zeros elsewhere). Integers below
+// 2^53 add exactly in float64, so every rank ends up with every rank's (h, c). A collective needs
+// the same size on every rank, and a rank cannot know the others' n, so the size comes from the last
+// call, when all ranks agreed (n = 0 before the first call): a rank whose count differs sends zeros
+// in place of its values. After the allreduce every rank sees the same pairs, so every rank takes the
+// same branch:
+//  * the pairs differ across ranks: every rank throws the same error, naming the ranks, instead of
+//    adding up values that belong to different names;
+//  * they agree and their count is n: the values are the sums (the one-allreduce steady state);
+//  * they agree on another count (the first call, or all ranks switched names together, as between
+//    training and validation): every rank now knows the new n and sends its values again at that
+//    size. So a change of names costs one more small allreduce.
+//
+// Gathered (the default): an allgather of the byte length of every rank's serialised sums, then an
+// allgather of the serialised sums padded to the longest. Each rank decodes every rank's sums, keeps
+// them (for per-rank logging), and adds them in rank order, so that every rank gets bitwise the same
+// totals; a name missing on a rank counts as 0 there.
+
+StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast)
+    : group_(std::move(group)), device_(device), fast_(fast) {
+  HETSEQ_ASSERT(group_, "StatSync built without a process group");
+  rank_ = group_->getRank();
+  world_size_ = group_->getSize();
+}
+
+LogSums StatSync::sum(const LogSums& local) { return fast_ ? sum_fast(local) : sum_gathered(local); }
+
+void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format(
+        "rank {} of {}: the {} of the statistics failed: {} (a peer died, fell behind past the process group's "
+        "timeout, or reached a different collective)",
+        rank_, world_size_, what, e.what()));
+  }
+}
+
+LogSums StatSync::sum_fast(const LogSums& local) {
+  per_rank_.clear();
+  const int64_t n = static_cast<int64_t>(local.size());
+  const uint32_t hash = hash_names(local);
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+
+  // The [W] pairs (hash, count) of every rank, from a summed buffer in which each rank filled its own.
+  auto read_pairs = [&](const torch::Tensor& summed, int64_t offset) {
+    std::vector<std::pair<uint32_t, int64_t>> pairs;  // [rank]
+    auto a = summed.accessor<double, 1>();
+    for (int64_t r = 0; r < world_size_; ++r) {
+      pairs.emplace_back(static_cast<uint32_t>(a[offset + 2 * r]), static_cast<int64_t>(a[offset + 2 * r + 1]));
+    }
+    return pairs;
+  };
+  auto check_pairs = [&](const std::vector<std::pair<uint32_t, int64_t>>& pairs) {
+    if (std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) { return p == pairs[0]; })) return;
+    std::map<std::pair<uint32_t, int64_t>, std::vector<int64_t>> groups;  // [(hash, count)] ranks
+    for (int64_t r = 0; r < world_size_; ++r) groups[pairs[r]].push_back(r);
+    std::vector<std::string> parts;
+    for (const auto& [pair, ranks] : groups) {
+      parts.push_back(fmt::format("ranks [{}] report {} names (hash {:08x})", fmt::join(ranks, ", "), pair.second,
+                                  pair.first));
+    }
+    throw InputError(fmt::format(
+        "--fast-stat-sync: the ranks report different statistics: {}; this rank ({}) reports [{}]. With "
+        "--fast-stat-sync every rank must report the same names; run without it to sum the union of the names",
+        fmt::join(parts, "; "), rank_, fmt::join(names_of(local), ", ")));
+  };
+  auto put_pair = [&](torch::Tensor& buffer, int64_t offset) {
+    auto a = buffer.accessor<double, 1>();
+    a[offset + 2 * rank_] = static_cast<double>(hash);
+    a[offset + 2 * rank_ + 1] = static_cast<double>(n);
+  };
+
+  // See Note [Stat sync]: at most two rounds, the second only when every rank's names changed to a
+  // different count.
+  for (;;) {
+    const int64_t count = agreed_count_;
+    torch::Tensor buffer = torch::zeros({count + 2 * world_size_}, options);
+    if (n == count) {
+      auto a = buffer.accessor<double, 1>();
+      int64_t i = 0;
+      for (const auto& [name, value] : local) a[i++] = value;
+    }
+    put_pair(buffer, count);
+    std::vector<torch::Tensor> tensors{buffer.to(device_)};
+    wait(group_->allreduce(tensors), "allreduce (--fast-stat-sync)");
+    const torch::Tensor summed = tensors[0].cpu();
+    check_pairs(read_pairs(summed, count));
+    if (n != count) {
+      agreed_count_ = n;  // every rank has n names now: send the values again at that size
+      continue;
+    }
+    LogSums total;
+    auto a = summed.accessor<double, 1>();
+    int64_t i = 0;
+    for (const auto& [name, value] : local) total[name] = a[i++];
+    return total;
+  }
+}
+
+LogSums StatSync::sum_gathered(const LogSums& local) {
+  const std::vector<uint8_t> bytes = serialise(local);
+
+  std::vector<torch::Tensor> length_in{
+      torch::full({1}, static_cast<int64_t>(bytes.size()), torch::TensorOptions().dtype(torch::kInt64)).to(device_)};
+  std::vector<std::vector<torch::Tensor>> length_out(1);
+  for (int64_t r = 0; r < world_size_; ++r) length_out[0].push_back(torch::empty_like(length_in[0]));
+  wait(group_->allgather(length_out, length_in), "allgather of the lengths");
+  std::vector<int64_t> lengths;  // [rank] bytes
+  for (const auto& t : length_out[0]) lengths.push_back(t.cpu().item<int64_t>());
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
+
+  torch::Tensor padded = torch::zeros({longest}, torch::TensorOptions().dtype(torch::kUInt8));
+  if (!bytes.empty()) std::memcpy(padded.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<torch::Tensor> data_in{padded.to(device_)};
+  std::vector<std::vector<torch::Tensor>> data_out(1);
+  for (int64_t r = 0; r < world_size_; ++r) data_out[0].push_back(torch::empty_like(data_in[0]));
+  wait(group_->allgather(data_out, data_in), "allgather");
+
+  per_rank_.clear();
+  LogSums total;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    const torch::Tensor received = data_out[0][r].cpu().contiguous();
+    per_rank_.push_back(deserialise(received.data_ptr<uint8_t>(), static_cast<size_t>(lengths[r]), r));
+    for (const auto& [name, value] : per_rank_.back()) total[name] += value;
+  }
+  return total;
+}
+
+}  // namespace hetseq

@@ -1,0 +1,188 @@
+// Level 2 of the distributed tests: real hetseq-train processes over loopback, each rank its own
+// process (or a node's launcher starting its workers), waited for with deadlines.
+#include <filesystem>
+#include <regex>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "hetseq/checkpoint/model_file.h"
+#include "support/subprocess.h"
+#include "tasks/mnist/mnist_model.h"
+
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Flags shared by every run: MNIST without dropout, deterministic CPU work, no validation.
+std::vector<std::string> base_args(const std::string& save_dir, int updates) {
+  return {binary_path("hetseq-train"), "--task", "mnist", "--cpu", "--dropout", "0,0", "--optimizer", "sgd",
+          "--lr", "0.05", "--momentum", "0.9", "--max-update", std::to_string(updates), "--disable-validation", "--num-workers", "0",
+          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--save-dir", save_dir,
+          "--distributed-timeout", "60", "--seed", "5"};
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// Largest absolute difference between the parameters of two saved MNIST models.
+double max_param_diff(const std::string& a, const std::string& b) {
+  hetseq::mnist::MnistNet x, y;
+  hetseq::load_model(*x, a);
+  hetseq::load_model(*y, b);
+  double diff = 0;
+  auto px = x->parameters(), py = y->parameters();
+  for (size_t i = 0; i < px.size(); ++i) diff = std::max(diff, (px[i] - py[i]).abs().max().item<double>());
+  return diff;
+}
+
+// The port that a rank-0 process or launcher reports for its store.
+uint16_t read_port(const Process& p) {
+  REQUIRE(p.wait_for_err("listening on 127.0.0.1:", 60s));
+  std::smatch m;
+  const std::string err = p.err_so_far();
+  REQUIRE(std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)")));
+  return static_cast<uint16_t>(std::stoi(m[1]));
+}
+
+void require_success(const ProcessResult& r, const std::string& who) {
+  INFO(who << " stderr:\n" << r.err);
+  REQUIRE(!r.timed_out);
+  REQUIRE(r.exit_code == 0);
+}
+
+// Tolerance for "the same parameters": float32 sums over differently split batches differ in
+// rounding only. (SGD, not Adam: Adam's first steps are lr * sign(g), which turns rounding noise in
+// near-zero gradients into differences of up to lr.)
+constexpr double kTolerance = 1e-5;
+
+}  // namespace
+
+TEST_CASE("tcp: one node of 3 workers with batches 7 13 29 trains the model of one process with batch 49",
+          "[distributed][multiprocess]") {
+  TempDir dir;
+  const auto single = run_process(with(base_args(dir / "single", 5), {"--max-sentences", "49"}), 300s);
+  require_success(single, "single process");
+
+  // One node, launcher hosting the store on a port the system picks (port 0, read back).
+  const auto node = run_process(with(base_args(dir / "dist", 5),
+                                     {"--max-sentences", "7,13,29", "--distributed-gpus", "3",
+                                      "--distributed-world-size", "3", "--distributed-init-method",
+                                      "tcp://127.0.0.1:0"}),
+                                300s);
+  require_success(node, "launcher");
+  CHECK_THAT(node.err, Catch::Contains("batch size 13"));
+  const double diff = max_param_diff(dir / "single/checkpoint_last.pt", dir / "dist/checkpoint_last.pt");
+  INFO("max |param difference| = " << diff);
+  CHECK(diff < kTolerance);
+}
+
+TEST_CASE("file: 3 nodes with update-freq 1 3 2 train the model of one process with batch 104",
+          "[distributed][multiprocess]") {
+  TempDir dir;
+  const auto single = run_process(with(base_args(dir / "single", 5), {"--max-sentences", "104"}), 300s);
+  require_success(single, "single process");
+
+  // 7*1 + 13*3 + 29*2 = 104 samples per update.
+  const std::vector<std::pair<int, int>> ranks{{7, 1}, {13, 3}, {29, 2}};
+  std::vector<std::vector<std::string>> commands;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    commands.push_back(with(base_args(dir / "dist", 5),
+                            {"--max-sentences", std::to_string(ranks[r].first), "--update-freq",
+                             std::to_string(ranks[r].second), "--distributed-world-size", "3", "--distributed-rank",
+                             std::to_string(r), "--distributed-init-method", "file://" + (dir / "rendezvous"),
+                             "--fast-stat-sync"}));
+  }
+  const auto results = run_processes(commands, 300s);
+  for (size_t r = 0; r < results.size(); ++r) require_success(results[r], "rank " + std::to_string(r));
+  const double diff = max_param_diff(dir / "single/checkpoint_last.pt", dir / "dist/checkpoint_last.pt");
+  INFO("max |param difference| = " << diff);
+  CHECK(diff < kTolerance);
+}
+
+TEST_CASE("env: 2 ranks started as torchrun would", "[distributed][multiprocess]") {
+  TempDir dir;
+  auto args = with(base_args(dir / "dist", 4), {"--max-sentences", "16", "--distributed-init-method", "env://"});
+  Process rank0(args, {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "0"}, {"RANK", "0"}, {"WORLD_SIZE", "2"},
+                       {"LOCAL_RANK", "0"}});
+  const uint16_t port = read_port(rank0);
+  Process rank1(args, {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", "1"},
+                       {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}});
+  require_success(rank0.wait(300s), "rank 0");
+  require_success(rank1.wait(300s), "rank 1");
+  CHECK(std::filesystem::exists(dir / "dist/checkpoint_last.pt"));
+}
+
+TEST_CASE("a worker killed mid-training makes the others fail with a clear error within the timeout",
+          "[distributed][multiprocess]") {
+  TempDir dir;
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto args = with(base_args(dir / "dist", 100000),
+                     {"--max-sentences", "8", "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                      "--distributed-init-method", "file://" + (dir / "rendezvous"), "--distributed-timeout", "15",
+                      "--log-all-ranks", "--log-interval", "5"});
+    ranks.push_back(std::make_unique<Process>(args));
+  }
+  REQUIRE(ranks[1]->wait_for_err("[reducer] update", 120s));
+  ranks[1]->kill();
+  const auto start = std::chrono::steady_clock::now();
+  for (int r : {0, 2}) {
+    const auto result = ranks[r]->wait(90s);
+    INFO("rank " << r << " stderr:\n" << result.err);
+    CHECK(!result.timed_out);
+    CHECK(result.exit_code != 0);
+    CHECK_THAT(result.err, Catch::Contains("error"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 60s);
+}
+
+TEST_CASE("a rank that never arrives is named in the error", "[distributed][multiprocess]") {
+  TempDir dir;
+  const auto r = run_process(with(base_args(dir / "dist", 5),
+                                  {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank", "0",
+                                   "--distributed-init-method", "file://" + (dir / "rendezvous"),
+                                   "--distributed-timeout", "3"}),
+                             60s);
+  CHECK(!r.timed_out);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank(s) 1 of 2 never arrived"));
+}
+
+TEST_CASE("ranks that disagree on world size or options get a clear error", "[distributed][multiprocess]") {
+  TempDir dir;
+  SECTION("world size") {
+    const auto results = run_processes(
+        {with(base_args(dir / "a", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                                        "0", "--distributed-init-method", "file://" + (dir / "rdv1"),
+                                        "--distributed-timeout", "5"}),
+         with(base_args(dir / "a", 5), {"--max-sentences", "8", "--distributed-world-size", "3", "--distributed-rank",
+                                        "1", "--distributed-init-method", "file://" + (dir / "rdv1"),
+                                        "--distributed-timeout", "5"})},
+        120s);
+    for (const auto& r : results) {
+      INFO(r.err);
+      CHECK(!r.timed_out);
+      CHECK(r.exit_code != 0);
+    }
+    CHECK_THAT(results[0].err + results[1].err, Catch::Contains("--distributed-world-size") ||
+                                                     Catch::Contains("never arrived"));
+  }
+  SECTION("options") {
+    const auto results = run_processes(
+        {with(base_args(dir / "b", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                                        "0", "--distributed-init-method", "file://" + (dir / "rdv2")}),
+         with(base_args(dir / "b", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                                        "1", "--distributed-init-method", "file://" + (dir / "rdv2"), "--lr", "0.5"})},
+        120s);
+    for (const auto& r : results) {
+      INFO(r.err);
+      CHECK(!r.timed_out);
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, Catch::Contains("disagree on training options") && Catch::Contains("lr=0.5"));
+    }
+  }
+}

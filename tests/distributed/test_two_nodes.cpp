@@ -1,0 +1,82 @@
+// Two "nodes" in two network namespaces joined by a veth pair, each started with its own command line
+// as in HetSeq's two-node example, training together over tcp:// on the first node's address.
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <catch2/catch.hpp>
+
+#include "support/subprocess.h"
+
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+void ip(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"/usr/sbin/ip"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = run_process(argv, 30s);
+  INFO("ip " << fmt::format("{}", fmt::join(args, " ")) << ": " << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+// Two namespaces, node0 at 10.77.0.1 and node1 at 10.77.0.2, removed on destruction.
+class TwoHosts {
+ public:
+  TwoHosts() : ns0_("hetseq-n0-" + std::to_string(::getpid())), ns1_("hetseq-n1-" + std::to_string(::getpid())) {
+    ip({"netns", "add", ns0_});
+    ip({"netns", "add", ns1_});
+    const std::string a = "hsq0-" + std::to_string(::getpid() % 100000), b = "hsq1-" + std::to_string(::getpid() % 100000);
+    ip({"link", "add", a, "type", "veth", "peer", "name", b});
+    ip({"link", "set", a, "netns", ns0_});
+    ip({"link", "set", b, "netns", ns1_});
+    ip({"-n", ns0_, "addr", "add", "10.77.0.1/24", "dev", a});
+    ip({"-n", ns1_, "addr", "add", "10.77.0.2/24", "dev", b});
+    for (const auto& [ns, dev] : {std::pair{ns0_, a}, std::pair{ns1_, b}}) {
+      ip({"-n", ns, "link", "set", dev, "up"});
+      ip({"-n", ns, "link", "set", "lo", "up"});
+    }
+  }
+  ~TwoHosts() {
+    run_process({"/usr/sbin/ip", "netns", "del", ns0_}, 30s);
+    run_process({"/usr/sbin/ip", "netns", "del", ns1_}, 30s);
+  }
+  std::vector<std::string> on(int node, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", node == 0 ? ns0_ : ns1_});
+    return argv;
+  }
+
+ private:
+  std::string ns0_, ns1_;
+};
+
+}  // namespace
+
+TEST_CASE("two nodes in two network namespaces train together over tcp://", "[distributed][multiprocess][netns]") {
+  TwoHosts hosts;
+  TempDir dir;
+  auto node_args = [&](int rank, const std::string& init, const std::string& batch) {
+    return hosts.on(rank, {binary_path("hetseq-train"), "--task", "mnist", "--cpu", "--max-sentences", batch,
+                           "--optimizer", "adam", "--lr", "0.001", "--max-update", "20", "--valid-subset", "test",
+                           "--max-sentences-valid", "1000", "--num-workers", "0", "--intra-op-threads", "1",
+                           "--no-progress-bar", "--log-format", "json", "--save-dir", dir / "save",
+                           "--distributed-world-size", "2", "--distributed-gpus", "1", "--distributed-rank",
+                           std::to_string(rank), "--distributed-init-method", init, "--distributed-timeout", "60"});
+  };
+  Process node0(node_args(0, "tcp://10.77.0.1:0", "64"));
+  REQUIRE(node0.wait_for_err("listening on 10.77.0.1:", 60s));
+  std::smatch m;
+  const std::string err = node0.err_so_far();
+  REQUIRE(std::regex_search(err, m, std::regex("listening on 10\\.77\\.0\\.1:([0-9]+)")));
+  Process node1(node_args(1, "tcp://10.77.0.1:" + m[1].str(), "32"));
+  const auto r0 = node0.wait(300s);
+  const auto r1 = node1.wait(300s);
+  INFO("node 0:\n" << r0.err << "\nnode 1:\n" << r1.err);
+  REQUIRE(r0.exit_code == 0);
+  REQUIRE(r1.exit_code == 0);
+  CHECK_THAT(r0.err, Catch::Contains("rank 1 on") && Catch::Contains("batch size 32"));
+  CHECK_THAT(r0.out, Catch::Contains("\"tag\":\"valid\""));
+  CHECK(std::filesystem::exists(dir / "save/checkpoint_last.pt"));
+}
