@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "hetseq/core/error.h"
@@ -64,6 +65,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options) {
+  // A peer that closed its sockets makes the next write raise SIGPIPE, which would kill this process
+  // without a word; ignored, the write fails and the collective throws a clear error instead.
+  std::signal(SIGPIPE, SIG_IGN);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, static_cast<int>(rank), static_cast<int>(world_size));
   try {
     if (options.backend == "gloo") {

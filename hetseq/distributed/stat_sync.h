@@ -15,8 +15,8 @@ class StatSync {
  public:
   /// `fast` (--fast-stat-sync): one allreduce of a float64 tensor (two when the names change, on all
   /// ranks together); every rank must report the same names. Otherwise two allgathers of every rank's
-  /// sums, which tolerate different names and keep each rank's values. `device`: where the collectives' tensors live (the model's device, so that
-  /// an NCCL group can carry them).
+  /// sums, which tolerate different names and keep each rank's values. `device`: where the
+  /// collectives' tensors live (the model's device, so that an NCCL group can carry them).
   StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast);
 
   /// The elementwise sum of `local` over all ranks (a name missing on a rank counts 0 there). Every

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -81,6 +82,11 @@ void first_collective(const Group& group, int world, Counter& started, std::chro
 // running at the deadline abort the test program: a hang is a failure, never a pass.
 std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,
                                                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  // Gloo writes to its peers' sockets with writev, so a write to a peer that has closed its group
+  // raises SIGPIPE, which kills the process silently (exit 141) instead of failing the collective.
+  // Python ignores SIGPIPE at startup, which is why PyTorch users never see this; a C++ program must
+  // ignore it itself.
+  std::signal(SIGPIPE, SIG_IGN);
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto started = std::make_shared<Counter>();
   auto finished = std::make_shared<Counter>();
