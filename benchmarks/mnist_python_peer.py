@@ -21,7 +21,9 @@ What is the same as hetseq (see tasks/mnist/ and hetseq/train/controller.cpp):
 What is timed: from the start of the first update (taking its batch from the pre-normalised tensor
 included) to the end of the last optimizer step, the span hetseq's `wps` covers (its epoch meters are
 reset after the epoch's shuffle, just before the first update). Reading and normalising the files, building
-the model and drawing the permutation happen before; nothing is printed during the timed span.
+the model and drawing the permutation happen before; nothing is printed during the timed span. The JSON also
+gives the CPU seconds of the span and its minor page faults per update (memory the allocator got afresh
+from the kernel, see docs/BENCHMARKS.md).
 
 --bookkeeping adds, per update, what hetseq's controller does besides the plain training step: reading the
 loss back (loss.item()), counting correct predictions (argmax/eq/sum/item), the gradient norm in float64
@@ -34,6 +36,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import struct
 import sys
 import time
@@ -134,6 +137,8 @@ def main():
     loss_sum = 0.0
     correct = 0
 
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    cpu0 = time.process_time()
     start = time.perf_counter()
     for update in range(args.max_update):
         if pos >= n:  # next epoch: a fresh permutation (drawn inside the timed span, as rarely as hetseq does)
@@ -164,6 +169,8 @@ def main():
         optimizer.step()
         samples += bs
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
 
     out = {
         "samples_per_s": samples / seconds,
@@ -175,6 +182,8 @@ def main():
         "torch": torch.__version__,
         "bookkeeping": args.bookkeeping,
         "final_loss": loss.item() / bs,
+        "cpu_seconds": cpu_seconds,
+        "minor_faults_per_update": faults / args.max_update,
     }
     if args.bookkeeping:
         out["mean_loss"] = loss_sum / samples

@@ -20,6 +20,8 @@
 # of all CPUs busy over 5 s): taskset keeps our run on one CPU but not other work off it. The "cpu%"
 # column is the whole machine's CPU utilisation during the run, from /proc/stat: one busy CPU of the
 # machine's (100/ncpu %) is the run alone; more means something else ran beside it.
+# "faults/upd", "user s" and "sys s" are the whole process's minor page faults (divided by the number of
+# updates; start-up included, about 100k faults for hetseq and 145k for the peer) and CPU seconds.
 # Fails when hetseq-train changes during the benchmark (rebuilt by someone).
 # See docs/BENCHMARKS.md for results.
 set -euo pipefail
@@ -71,7 +73,8 @@ PEER="$ROOT/benchmarks/mnist_python_peer.py"
 [ -x "$PY" ] || die "python '$PY' not found; pass --python or set HETSEQ_PYTHON (scripts/setup.sh makes the venv)"
 TORCH_VERSION="$("$PY" -c 'import torch, numpy; print(torch.__version__)' 2>/dev/null)" ||
   die "'$PY' cannot import torch and numpy; use the venv scripts/setup.sh makes"
-[ -d "$DATA" ] || die "--data $DATA: no such directory (apt-get install dataset-fashion-mnist, or point --data elsewhere)"
+[ -d "$DATA" ] ||
+  die "--data $DATA: no such directory (apt-get install dataset-fashion-mnist, or point --data elsewhere)"
 
 # hetseq's wps covers one epoch (its meters reset at each epoch), so all N updates must be in the first
 # epoch, and full batches, to compare like with like.
@@ -108,7 +111,8 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 cpu_jiffies() {
   local _cpu user nice system idle iowait irq softirq steal _rest
   read -r _cpu user nice system idle iowait irq softirq steal _rest </proc/stat
-  echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+  local busy=$((user + nice + system + irq + softirq + steal))
+  echo "$busy $((busy + idle + iowait))"
 }
 # Whole-machine CPU utilisation in % between two cpu_jiffies snapshots.
 cpu_percent() {
@@ -123,6 +127,18 @@ wait_quiet() {
     [ "$(cpu_percent "$before" "$(cpu_jiffies)")" -ge 15 ] || return 0
   done
 }
+# Runs "$@" and writes the child's "minor-faults user-seconds system-seconds" to $WORK/rusage; exits with
+# the command's status (128+N for signal N).
+measured() {
+  "$PY" -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{ru.ru_minflt} {ru.ru_utime:.2f} {ru.ru_stime:.2f}\n")
+sys.exit(rc if rc >= 0 else 128 - rc)
+' "$WORK/rusage" "$@"
+}
 fingerprint() { stat -L -c '%Y %s %i' "$TRAIN"; }
 TRAIN_ID="$(fingerprint)"
 
@@ -130,7 +146,7 @@ TRAIN_ID="$(fingerprint)"
 run_hetseq() {
   local out="$WORK/hetseq.out" err="$WORK/hetseq.err" rc=0
   [ "$(fingerprint)" = "$TRAIN_ID" ] || die "$TRAIN changed during the benchmark (rebuilt?); start again"
-  "${PIN[@]}" "$TRAIN" --task mnist --data "$DATA" --max-sentences "$BATCH" --optimizer adam --lr 0.001 \
+  measured "${PIN[@]}" "$TRAIN" --task mnist --data "$DATA" --max-sentences "$BATCH" --optimizer adam --lr 0.001 \
       --max-update "$UPDATES" --seed "$SEED" --cpu --no-save --disable-validation --log-format json \
       --log-interval 1000000 --num-workers 0 --intra-op-threads 1 --no-progress-bar --clip-norm 0 \
       >"$out" 2>"$err" || rc=$?
@@ -157,7 +173,7 @@ EOF
 
 run_python() {
   local out="$WORK/python.out" err="$WORK/python.err" rc=0
-  "${PIN[@]}" "$PY" "$PEER" --data "$DATA" --max-update "$UPDATES" --batch-size "$BATCH" --threads 1 \
+  measured "${PIN[@]}" "$PY" "$PEER" --data "$DATA" --max-update "$UPDATES" --batch-size "$BATCH" --threads 1 \
       --seed "$SEED" "${PEER_ARGS[@]}" >"$out" 2>"$err" || rc=$?
   if [ "$rc" -ne 0 ]; then
     tail -n 20 "$err" >&2
@@ -182,7 +198,7 @@ echo "# python: $PY (torch $TORCH_VERSION)${PEER_ARGS[*]:+, peer with ${PEER_ARG
 [ -z "${GLIBC_TUNABLES:-}" ] || echo "# GLIBC_TUNABLES=$GLIBC_TUNABLES"
 echo "# machine: $(getconf _NPROCESSORS_ONLN) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
 echo "# start: $(uptime)"
-printf '%-7s %-7s %12s %8s %6s\n' run impl samples/s load1 cpu%
+printf '%-4s %-7s %10s %6s %5s %10s %7s %6s\n' run impl samples/s load1 cpu% faults/upd "user s" "sys s"
 
 HETSEQ=()
 PYTHON=()
@@ -196,7 +212,10 @@ for ((i = 1; i <= REPEATS; i++)); do
     else
       v="$(run_python)"; PYTHON+=("$v")
     fi
-    printf '%-7s %-7s %12.1f %8s %6s\n' "$i" "$impl" "$v" "$load" "$(cpu_percent "$before" "$(cpu_jiffies)")"
+    cpu="$(cpu_percent "$before" "$(cpu_jiffies)")"
+    read -r faults user sys <"$WORK/rusage"
+    printf '%-4s %-7s %10.1f %6s %5s %10d %7s %6s\n' "$i" "$impl" "$v" "$load" "$cpu" $((faults / UPDATES)) \
+      "$user" "$sys"
   done
 done
 echo "# end: $(uptime)"

@@ -52,7 +52,7 @@ class IndexDataset : public Dataset {
 
 }  // namespace
 
-TEST_CASE("same seed gives the same order; another seed or epoch another", "[iterator]") {
+TEST_CASE("same seed gives the same order and another seed or epoch another", "[iterator]") {
   EpochIteratorOptions o;
   o.seed = 7;
   EpochBatchIterator a(1000, DataPlan::single(32, 1), o), b(1000, DataPlan::single(32, 1), o);

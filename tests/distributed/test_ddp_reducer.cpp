@@ -487,7 +487,7 @@ TEST_CASE("Without find_unused_parameters an unused parameter is an error that n
   }
 }
 
-TEST_CASE("Statistics: fast and gathered sync agree; names must match only with fast sync", "[ddp]") {
+TEST_CASE("Statistics: fast and gathered sync agree and names must match only with fast sync", "[ddp]") {
   OneIntraOpThread one_thread;
   constexpr int kWorld = 3;
   auto local_of = [](int rank) {
