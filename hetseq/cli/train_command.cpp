@@ -343,12 +343,10 @@ int train(int argc, const char* const argv[]) {
 }
 
 int evaluate(int argc, const char* const argv[]) {
-  const auto task_name = find_task_flag(argc, argv);
-  std::map<std::string, std::string> task_defaults;
-  if (task_name && TaskRegistry::global().contains(*task_name)) task_defaults = TaskRegistry::global().get(*task_name).defaults;
+  const std::map<std::string, std::string> defaults = task_defaults(find_task_flag(argc, argv));
   auto def = [&](const std::string& name, const std::string& general) {
-    auto it = task_defaults.find(name);
-    return cxxopts::value<std::string>()->default_value(it == task_defaults.end() ? general : it->second);
+    auto it = defaults.find(name);
+    return cxxopts::value<std::string>()->default_value(it == defaults.end() ? general : it->second);
   };
   cxxopts::Options parser("hetseq-eval", "Evaluates a saved hetseq model on data splits.");
   parser.add_options()

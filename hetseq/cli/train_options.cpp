@@ -80,19 +80,23 @@ std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
   return std::nullopt;
 }
 
+std::map<std::string, std::string> task_defaults(const std::optional<std::string>& task) {
+  if (task && TaskRegistry::global().contains(*task)) return TaskRegistry::global().get(*task).defaults;
+  return {};
+}
+
 cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
-  std::map<std::string, std::string> task_defaults;
-  if (task && TaskRegistry::global().contains(*task)) task_defaults = TaskRegistry::global().get(*task).defaults;
+  const std::map<std::string, std::string> defaults = task_defaults(task);
   auto def = [&](const std::string& name, const std::string& general) {
-    auto it = task_defaults.find(name);
-    return it == task_defaults.end() ? general : it->second;
+    auto it = defaults.find(name);
+    return it == defaults.end() ? general : it->second;
   };
   auto text = [&](const std::string& name, const std::string& general) {
     return cxxopts::value<std::string>()->default_value(def(name, general));
   };
   auto opt_text = [&](const std::string& name) {
     auto v = cxxopts::value<std::string>();
-    if (task_defaults.count(name)) v->default_value(task_defaults.at(name));
+    if (defaults.count(name)) v->default_value(defaults.at(name));
     return v;
   };
   auto boolean = [] { return cxxopts::value<bool>()->default_value("false"); };

@@ -3,6 +3,7 @@
 /// into small typed structs. Only the drivers and the task factories read command-line values.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,9 @@ struct TrainOptions {
 /// The value of --task in `argv`, if any (looked up before the full parse, so that the task's flags
 /// and defaults can be added).
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]);
+
+/// The defaults that the task named by `task` sets for general flags (empty for no or an unknown task).
+std::map<std::string, std::string> task_defaults(const std::optional<std::string>& task);
 
 /// Builds the parser with every general flag and every registered task's flags; when `task` names a
 /// registered task, its defaults replace the general ones.

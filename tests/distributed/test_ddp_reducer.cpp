@@ -572,6 +572,17 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
   for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(4, 4));
   std::vector<Group> kept(kWorld);  // the silent rank's group stays open: a stalled peer, not a closed one
   std::vector<std::unique_ptr<DistributedReducer>> reducers(kWorld);
+  // The silent rank itself saw nothing; every other rank failed with an InputError saying `what`.
+  auto check_peers_failed = [&](const auto& errors, const std::string& what) {
+    CHECK_FALSE(errors[kSilent]);
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == kSilent) continue;
+      CAPTURE(r);
+      REQUIRE(errors[r]);
+      CHECK(is_a<hetseq::InputError>(errors[r]));
+      CHECK_THAT(message_of(errors[r]), Catch::Contains(what));
+    }
+  };
 
   SECTION("gradient allreduce") {
     const auto start = std::chrono::steady_clock::now();
@@ -589,14 +600,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
         timeout);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(elapsed < 15);
-    CHECK_FALSE(errors[kSilent]);
-    for (int r = 0; r < kWorld; ++r) {
-      if (r == kSilent) continue;
-      CAPTURE(r);
-      REQUIRE(errors[r]);
-      CHECK(is_a<hetseq::InputError>(errors[r]));
-      CHECK_THAT(message_of(errors[r]), Catch::Contains("gradient bucket"));
-    }
+    check_peers_failed(errors, "gradient bucket");
   }
 
   SECTION("gradient allreduce, the peer having left (its group closed)") {
@@ -611,13 +615,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           reducer.finish_update({});
         },
         timeout);
-    CHECK_FALSE(errors[kSilent]);
-    for (int r = 0; r < kWorld; ++r) {
-      if (r == kSilent) continue;
-      CAPTURE(r);
-      REQUIRE(errors[r]);
-      CHECK(is_a<hetseq::InputError>(errors[r]));
-    }
+    check_peers_failed(errors, "");
   }
 
   SECTION("statistics") {
@@ -634,14 +632,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
             reducers[rank]->reduce_sums({{"loss", 1}});
           },
           timeout);
-      CHECK_FALSE(errors[kSilent]);
-      for (int r = 0; r < kWorld; ++r) {
-        if (r == kSilent) continue;
-        CAPTURE(r);
-        REQUIRE(errors[r]);
-        CHECK(is_a<hetseq::InputError>(errors[r]));
-        CHECK_THAT(message_of(errors[r]), Catch::Contains("statistics"));
-      }
+      check_peers_failed(errors, "statistics");
       reducers = std::vector<std::unique_ptr<DistributedReducer>>(kWorld);
       kept = std::vector<Group>(kWorld);
     }
