@@ -27,6 +27,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=benchmarks/common.sh
+source "$ROOT/benchmarks/common.sh"
 UPDATES=300
 REPEATS=5
 BUILD="build"
@@ -106,27 +108,6 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/mnist_throughput.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-# "busy total" jiffies of all CPUs so far (first line of /proc/stat; iowait counts as idle).
-cpu_jiffies() {
-  local _cpu user nice system idle iowait irq softirq steal _rest
-  read -r _cpu user nice system idle iowait irq softirq steal _rest </proc/stat
-  local busy=$((user + nice + system + irq + softirq + steal))
-  echo "$busy $((busy + idle + iowait))"
-}
-# Whole-machine CPU utilisation in % between two cpu_jiffies snapshots.
-cpu_percent() {
-  local b0 t0 b1 t1
-  read -r b0 t0 <<<"$1"; read -r b1 t1 <<<"$2"
-  if [ "$t1" -gt "$t0" ]; then echo $((100 * (b1 - b0) / (t1 - t0))); else echo 0; fi
-}
-wait_quiet() {
-  local waited=0 before
-  while [ "$waited" -lt "$QUIET_WAIT" ]; do
-    before="$(cpu_jiffies)"; sleep 5; waited=$((waited + 5))
-    [ "$(cpu_percent "$before" "$(cpu_jiffies)")" -ge 15 ] || return 0
-  done
-}
 # Runs "$@" and writes the child's "minor-faults user-seconds system-seconds" to $WORK/rusage; exits with
 # the command's status (128+N for signal N).
 measured() {
@@ -139,13 +120,12 @@ with open(sys.argv[1], "w") as f:
 sys.exit(rc if rc >= 0 else 128 - rc)
 ' "$WORK/rusage" "$@"
 }
-fingerprint() { stat -L -c '%Y %s %i' "$TRAIN"; }
-TRAIN_ID="$(fingerprint)"
+TRAIN_ID="$(fingerprint "$TRAIN")"
 
 # Prints the samples/s of one run on stdout; on failure prints what went wrong and exits.
 run_hetseq() {
   local out="$WORK/hetseq.out" err="$WORK/hetseq.err" rc=0
-  [ "$(fingerprint)" = "$TRAIN_ID" ] || die "$TRAIN changed during the benchmark (rebuilt?); start again"
+  [ "$(fingerprint "$TRAIN")" = "$TRAIN_ID" ] || die "$TRAIN changed during the benchmark (rebuilt?); start again"
   measured "${PIN[@]}" "$TRAIN" --task mnist --data "$DATA" --max-sentences "$BATCH" --optimizer adam --lr 0.001 \
       --max-update "$UPDATES" --seed "$SEED" --cpu --no-save --disable-validation --log-format json \
       --log-interval 1000000 --num-workers 0 --intra-op-threads 1 --no-progress-bar --clip-norm 0 \
@@ -205,7 +185,7 @@ PYTHON=()
 for ((i = 1; i <= REPEATS; i++)); do
   if ((i % 2 == 1)); then order=(hetseq python); else order=(python hetseq); fi
   for impl in "${order[@]}"; do
-    wait_quiet
+    wait_quiet "$QUIET_WAIT"
     load="$(load1)"; before="$(cpu_jiffies)"
     if [ "$impl" = hetseq ]; then
       v="$(run_hetseq)"; HETSEQ+=("$v")

@@ -8,11 +8,16 @@
 #include "hetseq/core/logging.h"
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/model_file.h"
+#include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/checkpoint/optimizer_overrides.h"
+#include "hetseq/checkpoint/training_state.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/data/batch_loader.h"
+#include "hetseq/data/sample_id_log.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/handshake.h"
 #include "hetseq/distributed/launcher.h"
@@ -83,6 +88,26 @@ LogSums validate(Controller& controller, std::shared_ptr<Dataset> dataset, const
     }
   }
   return controller.reduce_sums(local);
+}
+
+// --restore-file: a bare file name lies in --save-dir; anything with a '/' is a path.
+fs::path restore_path_of(const CheckpointOptions& ck) {
+  if (ck.restore_file.find('/') == std::string::npos) return fs::path(ck.save.save_dir) / ck.restore_file;
+  return ck.restore_file;
+}
+
+SavedDataPlan saved_plan(const DataPlan& plan) { return SavedDataPlan{plan.batch_sizes, plan.update_freqs}; }
+
+// The value of statistic `name` among validation `stats`; throws hetseq::UsageError naming
+// --best-checkpoint-metric when validation reports no such statistic.
+double find_stat(const std::vector<Stat>& stats, const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& s : stats) {
+    if (s.name == name) return s.value;
+    names.push_back(s.name);
+  }
+  throw UsageError(fmt::format("--best-checkpoint-metric {}: validation reports no such statistic; it reports {}", name,
+                               fmt::join(names, ", ")));
 }
 
 std::string host_name() {
@@ -186,7 +211,13 @@ int train(int argc, const char* const argv[]) {
   context.device = pick_device(o.common.cpu, device_id);
   context.seed = o.common.seed;
   std::unique_ptr<Task> task = spec.create(args, context);
-  if (!o.checkpoint.no_save && rank == 0) ensure_writable_dir(o.checkpoint.save_dir, "--save-dir");
+  const CheckpointOptions& ck = o.checkpoint;
+  if (!ck.save.no_save && rank == 0) {
+    ensure_writable_dir(ck.save.save_dir, "--save-dir");
+    if (const int n = remove_stale_temporaries(ck.save.save_dir); n > 0) {
+      log::info("[checkpoint] removed {} temporary file(s) that an interrupted save left in {}", n, ck.save.save_dir);
+    }
+  }
 
   torch::manual_seed(o.common.seed);
   std::shared_ptr<torch::nn::Module> model = task->build_model();
@@ -195,6 +226,21 @@ int train(int argc, const char* const argv[]) {
   for (const auto& p : model->parameters()) num_params += p.numel();
   log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o.common.task, num_params,
             context.device.str(), torch::get_num_threads());
+  const std::string digest = model_digest(*model);
+
+  // Resume: every rank reads the checkpoint itself (--save-dir is on a filesystem the nodes share) and
+  // the ranks check below that they restored the same state.
+  const fs::path restore_path = restore_path_of(ck);
+  std::optional<Checkpoint> resumed;
+  if (fs::exists(restore_path)) {
+    resumed = load_checkpoint(restore_path);
+    check_checkpoint_fits(*resumed, o.common.task, digest, restore_path.string());
+    load_model_tensors(*model, resumed->model, restore_path.string());
+  } else if (ck.restore_file_given) {
+    throw InputError(fmt::format("--restore-file {}: no such file ({}); pass an existing checkpoint, or leave the flag "
+                                 "out to start afresh when checkpoint_last.pt is missing",
+                                 ck.restore_file, restore_path.string()));
+  }
 
   auto train_data = task->load_dataset(o.dataset.train_subset);
   std::map<std::string, std::shared_ptr<Dataset>> valid_data;
@@ -219,7 +265,7 @@ int train(int argc, const char* const argv[]) {
     mine.device = context.device.str();
     mine.task = o.common.task;
     mine.num_params = num_params;
-    mine.model_digest = model_digest(*model);
+    mine.model_digest = digest;
     mine.options_digest = o.must_match();
     mine.batch_size = {batch_size};
     mine.update_freq = o.optimization.update_freq;
@@ -272,30 +318,114 @@ int train(int argc, const char* const argv[]) {
   copts.device = context.device;
   Controller controller(*task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
 
+  IteratorPosition start{1, 0};
+  CheckpointManager manager(ck.save);
+  if (resumed) {
+    ResumeOptions resume;
+    resume.reset_dataloader = ck.reset_dataloader;
+    resume.reset_lr_scheduler = ck.reset_lr_scheduler;
+    resume.reset_meters = ck.reset_meters;
+    resume.reset_optimizer = ck.reset_optimizer;
+    resume.optimizer_overrides = ck.optimizer_overrides;
+    start = restore_checkpoint(controller, *resumed, resume, restore_path.string());
+    manager.set_best(resumed->best);
+    log::info("[checkpoint] resumed from {}: {} updates done, continuing in epoch {} at sample {} of its order",
+              restore_path.string(), controller.num_updates(), start.epoch, start.offset);
+    const SavedDataPlan now = saved_plan(plan_for_epoch(start.epoch));
+    if (!(resumed->data_plan == now)) {
+      log::info("[checkpoint] the data plan changed: saved with batch sizes [{}] and update-freqs [{}] on {} rank(s), "
+                "now [{}] and [{}] on {}; the epoch continues from the same sample, none repeated or skipped",
+                fmt::join(resumed->data_plan.batch_sizes, ","), fmt::join(resumed->data_plan.update_freqs, ","),
+                resumed->data_plan.batch_sizes.size(), fmt::join(now.batch_sizes, ","),
+                fmt::join(now.update_freqs, ","), now.batch_sizes.size());
+    }
+  } else if (!ck.optimizer_overrides.empty()) {
+    apply_optimizer_overrides(controller.optimizer(), ck.optimizer_overrides);
+  }
+  CaptureContext capture;
+  capture.task = o.common.task;
+  capture.model_digest = digest;
+  capture.options = o.must_match();
+  capture.with_optimizer_state = !ck.save.no_save_optimizer_state;
+  if (joined) {
+    capture.next = start;
+    check_ranks_agree(*joined->store, rank, world_size, "resume", state_digest(capture_checkpoint(controller, capture)),
+                      "the training state at start (model, optimizer, schedule, position)",
+                      "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
+                      "share, or give every node the same --restore-file",
+                      std::chrono::seconds(d.timeout_s));
+  }
+
   EpochIteratorOptions order;
   order.seed = o.common.seed;
   order.curriculum = o.dataset.curriculum;
-  UpdateStream stream(EpochBatchIterator(train_data->size(), plan_for_epoch(1), order),
+  UpdateStream stream(EpochBatchIterator(train_data->size(), plan_for_epoch(start.epoch), order),
                       std::make_shared<BatchLoader>(train_data, o.dataset.num_workers));
+  stream.restore(start);
   log::info("[train] {} training samples, {} samples per update over {} rank(s), {} updates per epoch",
             train_data->size(), stream.iterator().plan().samples_per_update(), world_size,
             stream.iterator().updates_per_epoch());
 
   ProgressLogger progress(rank == 0 ? o.common.log_format : LogFormat::kNone,
                           rank == 0 && !o.common.no_progress_bar && ::isatty(fileno(stdout)), o.common.log_interval);
+  std::unique_ptr<SampleIdLog> sample_ids;
+  if (ck.dump_sample_ids) sample_ids = std::make_unique<SampleIdLog>(*ck.dump_sample_ids, rank);
+
+  // Validation on every --valid-subset: logs, and returns the loss (for the LR schedule) and the
+  // --best-checkpoint-metric of the first subset.
+  struct Validation {
+    std::optional<double> loss, metric;
+  };
+  auto run_validation = [&](int64_t epoch) {
+    Validation v;
+    for (const auto& split : o.dataset.valid_subsets) {
+      const auto stats = controller.valid_stats(validate(controller, valid_data.at(split), valid_plan,
+                                                         o.dataset.num_workers));
+      progress.log(epoch, "valid", stats, split);
+      if (v.loss) continue;
+      v.loss = stats.front().value;
+      v.metric = find_stat(stats, ck.save.best_checkpoint_metric);
+    }
+    return v;
+  };
+  int64_t last_saved = -1;  // num_updates of the last save
+  auto save = [&](int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric) {
+    last_saved = controller.num_updates();
+    if (rank != 0) return;
+    const SavePoint point{epoch, controller.num_updates(), end_of_epoch, metric};
+    const auto files = manager.files_for(point);
+    manager.record(point);
+    if (files.empty()) return;
+    capture.next = next;
+    capture.data_plan = saved_plan(plan_for_epoch(epoch));
+    capture.best = manager.best();
+    const auto removed = manager.write(capture_checkpoint(controller, capture), files);
+    std::vector<std::string> names;
+    for (const auto& f : files) names.push_back(f.filename().string());
+    log::info("[checkpoint] saved {} in {} (epoch {}, {} updates{})", fmt::join(names, ", "), ck.save.save_dir, epoch,
+              controller.num_updates(),
+              manager.best() ? fmt::format(", best {} {}", ck.save.best_checkpoint_metric, *manager.best()) : "");
+    for (const auto& f : removed) log::info("[checkpoint] removed {} (retention flags)", f.string());
+  };
+
   const int64_t max_epoch = o.optimization.max_epoch > 0 ? o.optimization.max_epoch : INT64_MAX;
   const int64_t max_update = o.optimization.max_update > 0 ? o.optimization.max_update : INT64_MAX;
+  const bool validation_on = !o.dataset.disable_validation;
   double lr = controller.lr();
-  int64_t epoch = 1;
+  int64_t epoch = start.epoch;
+  bool first_epoch = true;
   while (lr > o.optimization.min_lr && epoch <= max_epoch && controller.num_updates() < max_update) {
     stream.set_plan(plan_for_epoch(epoch));
     stream.begin_epoch(epoch);
-    controller.reset_epoch_meters();
+    // A run resumed inside an epoch continues that epoch's meters.
+    if (!(first_epoch && start.offset > 0 && !ck.reset_meters)) controller.reset_epoch_meters();
+    first_epoch = false;
     const int64_t total = stream.updates_left();
     int64_t i = 0;
     double step_s = 0, wait_s = 0;  // over the current log interval, for --log-all-ranks
     while (!stream.end_of_epoch() && controller.num_updates() < max_update) {
       std::vector<Batch> batches = stream.next();
+      if (sample_ids) sample_ids->write(epoch, controller.num_updates() + 1, stream.last_indices());
       const auto t0 = std::chrono::steady_clock::now();
       controller.train_update(batches);
       step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -310,27 +440,27 @@ int train(int argc, const char* const argv[]) {
                   1e3 * (step_s - wait_s) / o.common.log_interval, 1e3 * wait_s / o.common.log_interval);
         step_s = wait_s = 0;
       }
-    }
-    progress.log(epoch, "train_epoch", controller.train_stats());
-
-    std::optional<double> valid_loss;
-    if (!o.dataset.disable_validation && epoch % o.dataset.validate_interval == 0) {
-      for (const auto& split : o.dataset.valid_subsets) {
-        const auto stats = controller.valid_stats(validate(controller, valid_data.at(split), valid_plan,
-                                                           o.dataset.num_workers));
-        progress.log(epoch, "valid", stats, split);
-        if (!valid_loss) valid_loss = stats.front().value;
+      if (!stream.end_of_epoch() && manager.save_due_after_update(controller.num_updates())) {
+        const Validation v = validation_on ? run_validation(epoch) : Validation{};
+        save(epoch, false, stream.position(), v.metric);
       }
     }
-    lr = controller.lr_step(epoch, valid_loss);
-    if (!o.checkpoint.no_save && rank == 0) {
-      const fs::path path = fs::path(o.checkpoint.save_dir) / "checkpoint_last.pt";
-      save_model(controller.model(), path);
-      log::info("[checkpoint] saved {} (epoch {}, {} updates)", path.string(), epoch, controller.num_updates());
+    if (!stream.end_of_epoch()) {
+      // Stopped inside the epoch (--max-update): a checkpoint to continue from.
+      if (last_saved != controller.num_updates() && !ck.save.no_save) {
+        const Validation v = validation_on ? run_validation(epoch) : Validation{};
+        save(epoch, false, stream.position(), v.metric);
+      }
+      break;
     }
+    progress.log(epoch, "train_epoch", controller.train_stats());
+    Validation v;
+    if (validation_on && epoch % o.dataset.validate_interval == 0) v = run_validation(epoch);
+    lr = controller.lr_step(epoch, v.loss);
+    if (manager.save_due_after_epoch(epoch)) save(epoch, true, IteratorPosition{epoch + 1, 0}, v.metric);
     ++epoch;
   }
-  log::info("[train] done: {} updates, {} epochs, {:.1f} s", controller.num_updates(), epoch - 1,
+  log::info("[train] done: {} updates, epoch {}, {:.1f} s", controller.num_updates(), epoch,
             controller.meters().wall.elapsed_s());
   if (joined) {
     leave_rendezvous(*joined, rdv.timeout);

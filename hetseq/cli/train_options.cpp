@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 
+#include "hetseq/checkpoint/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/task/task_registry.h"
@@ -59,16 +60,28 @@ std::vector<std::string> split_names(const std::string& flag_name, const std::st
   return out;
 }
 
+namespace {
+std::string optimizer_overrides_text(const std::vector<std::pair<std::string, double>>& overrides) {
+  std::vector<std::string> items;
+  for (const auto& [k, v] : overrides) items.push_back(fmt::format("{}={}", k, v));
+  return fmt::format("{}", fmt::join(items, ","));
+}
+}  // namespace
+
 std::string TrainOptions::must_match() const {
   const auto& p = optimization;
   return fmt::format(
       "task={} seed={} train-subset={} curriculum={} optimizer={} lr={} clip-norm={} lr_scheduler={} "
       "warmup-updates={} total-num-update={} end-learning-rate={} power={} max-epoch={} max-update={} "
-      "adam-betas=({},{}) adam-eps={} weight-decay={} bucket-cap-mb={} fast-stat-sync={}",
+      "adam-betas=({},{}) adam-eps={} weight-decay={} bucket-cap-mb={} fast-stat-sync={} valid-subset={} "
+      "validate-interval={} disable-validation={} save-interval={} save-interval-updates={} no-save={} "
+      "optimizer-overrides={} reset-dataloader={}",
       common.task, common.seed, dataset.train_subset, dataset.curriculum, p.optimizer, fmt::join(p.lr, ","),
       p.clip_norm, p.lr_scheduler, p.warmup_updates, p.total_num_update, p.end_learning_rate, p.power, p.max_epoch,
       p.max_update, p.adam.beta1, p.adam.beta2, p.adam.eps, p.adam.weight_decay, distributed.bucket_cap_mb,
-      distributed.fast_stat_sync);
+      distributed.fast_stat_sync, fmt::join(dataset.valid_subsets, ","), dataset.validate_interval,
+      dataset.disable_validation, checkpoint.save.save_interval, checkpoint.save.save_interval_updates,
+      checkpoint.save.no_save, optimizer_overrides_text(checkpoint.optimizer_overrides), checkpoint.reset_dataloader);
 }
 
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
@@ -180,7 +193,28 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
       ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", boolean());
   parser.add_options("Checkpointing")
       ("save-dir", "path to save checkpoints", text("save-dir", "checkpoints"))
-      ("no-save", "don't save models or checkpoints", boolean());
+      ("restore-file", "checkpoint to resume from: a file name in --save-dir, or a path",
+       text("restore-file", "checkpoint_last.pt"))
+      ("reset-dataloader", "on resume, start at the first sample of epoch 1 (keep the update count)", boolean())
+      ("reset-lr-scheduler", "on resume, don't load the learning rate scheduler state", boolean())
+      ("reset-meters", "on resume, don't load the meters", boolean())
+      ("reset-optimizer", "on resume, don't load the optimizer state or hyper-parameters", boolean())
+      ("optimizer-overrides", "on resume, optimizer hyper-parameters to change: key=value,... (e.g. beta2=0.98)",
+       text("optimizer-overrides", ""))
+      ("save-interval", "save a checkpoint every N epochs", text("save-interval", "1"))
+      ("save-interval-updates", "save a checkpoint (and validate) every N updates (0: off)",
+       text("save-interval-updates", "0"))
+      ("keep-interval-updates", "keep only the last N checkpoints of --save-interval-updates (-1: all)",
+       text("keep-interval-updates", "-1"))
+      ("keep-last-epochs", "keep only the last N epoch checkpoints (-1: all)", text("keep-last-epochs", "-1"))
+      ("no-save", "don't save models or checkpoints", boolean())
+      ("no-epoch-checkpoints", "only store the last and best checkpoints", boolean())
+      ("no-last-checkpoints", "don't store the last checkpoint", boolean())
+      ("no-save-optimizer-state", "don't save the optimizer state in checkpoints", boolean())
+      ("best-checkpoint-metric", "validation statistic that picks checkpoint_best.pt", text("best-checkpoint-metric", "loss"))
+      ("maximize-best-checkpoint-metric", "a larger --best-checkpoint-metric is better", boolean())
+      ("dump-sample-ids", "debugging: each rank appends the sample indices of every update to DIR/samples-rankR.txt",
+       opt_text("dump-sample-ids"));
   for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
   return parser;
 }
@@ -318,9 +352,35 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args) {
     g.fast_stat_sync = flag(args, "fast-stat-sync");
     g.log_all_ranks = flag(args, "log-all-ranks");
 
-    o.checkpoint.save_dir = str(args, "save-dir");
-    o.checkpoint.no_save = flag(args, "no-save");
-    if (o.checkpoint.save_dir.empty()) throw UsageError("--save-dir: empty path");
+    auto& k = o.checkpoint;
+    k.save.save_dir = str(args, "save-dir");
+    k.save.no_save = flag(args, "no-save");
+    k.save.save_interval = positive(args, "save-interval");
+    k.save.save_interval_updates = integer(args, "save-interval-updates");
+    if (k.save.save_interval_updates < 0) throw UsageError("--save-interval-updates must be >= 0 (0: off)");
+    k.save.keep_interval_updates = integer(args, "keep-interval-updates");
+    k.save.keep_last_epochs = integer(args, "keep-last-epochs");
+    for (const char* name : {"keep-interval-updates", "keep-last-epochs"}) {
+      if (integer(args, name) < -1 || integer(args, name) == 0) {
+        throw UsageError(fmt::format("--{} must be a positive number of checkpoints, or -1 to keep all", name));
+      }
+    }
+    k.save.no_epoch_checkpoints = flag(args, "no-epoch-checkpoints");
+    k.save.no_last_checkpoints = flag(args, "no-last-checkpoints");
+    k.save.no_save_optimizer_state = flag(args, "no-save-optimizer-state");
+    k.save.best_checkpoint_metric = str(args, "best-checkpoint-metric");
+    if (k.save.best_checkpoint_metric.empty()) throw UsageError("--best-checkpoint-metric: empty name");
+    k.save.maximize_best_checkpoint_metric = flag(args, "maximize-best-checkpoint-metric");
+    k.restore_file = str(args, "restore-file");
+    if (k.restore_file.empty()) throw UsageError("--restore-file: empty path");
+    k.restore_file_given = args.count("restore-file") != 0;
+    k.reset_dataloader = flag(args, "reset-dataloader");
+    k.reset_lr_scheduler = flag(args, "reset-lr-scheduler");
+    k.reset_meters = flag(args, "reset-meters");
+    k.reset_optimizer = flag(args, "reset-optimizer");
+    k.optimizer_overrides = parse_optimizer_overrides(str(args, "optimizer-overrides"));
+    if (args.count("dump-sample-ids")) k.dump_sample_ids = str(args, "dump-sample-ids");
+    if (o.checkpoint.save.save_dir.empty()) throw UsageError("--save-dir: empty path");
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(fmt::format("{} (see --help)", e.what()));
   }

@@ -10,6 +10,7 @@
 
 #include <cxxopts.hpp>
 
+#include "hetseq/checkpoint/checkpoint_manager.h"
 #include "hetseq/optim/adadelta.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/sgd.h"
@@ -78,8 +79,15 @@ struct DistributedFlags {
 };
 
 struct CheckpointOptions {
-  std::string save_dir = "checkpoints";
-  bool no_save = false;
+  CheckpointSaveOptions save;
+  std::string restore_file = "checkpoint_last.pt";  // a name in --save-dir, or a path
+  bool restore_file_given = false;                  // a missing file is an error only when given
+  bool reset_dataloader = false;
+  bool reset_lr_scheduler = false;
+  bool reset_meters = false;
+  bool reset_optimizer = false;
+  std::vector<std::pair<std::string, double>> optimizer_overrides;  // --optimizer-overrides
+  std::optional<std::string> dump_sample_ids;                       // --dump-sample-ids DIR
 };
 
 /// Everything hetseq-train reads from its command line, but the task's own flags.

@@ -66,13 +66,15 @@ void UpdateStream::prefetch() {
   has_pending_ = false;
   if (iterator_.end_of_epoch()) return;
   pending_start_ = iterator_.position();
-  for (auto& indices : iterator_.next_update()) pending_.push_back(loader_->submit(std::move(indices)));
+  pending_indices_ = iterator_.next_update();
+  for (const auto& indices : pending_indices_) pending_.push_back(loader_->submit(indices));
   has_pending_ = true;
 }
 
 std::vector<Batch> UpdateStream::next() {
   HETSEQ_ASSERT(has_pending_, "UpdateStream::next() past the end of epoch {}", iterator_.epoch());
   std::vector<std::future<Batch>> current = std::move(pending_);
+  last_indices_ = std::move(pending_indices_);
   const IteratorPosition after = iterator_.position();
   prefetch();
   std::vector<Batch> batches;

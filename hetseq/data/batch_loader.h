@@ -51,6 +51,8 @@ class UpdateStream {
   bool end_of_epoch() const;
   /// This rank's micro-batches of the next update, in order (some may be empty at the epoch's end).
   std::vector<Batch> next();
+  /// The sample indices of the update that next() returned last: [micro-batch][sample].
+  const std::vector<std::vector<int64_t>>& last_indices() const { return last_indices_; }
   /// The position after the last update that next() returned: what a checkpoint stores.
   IteratorPosition position() const { return position_; }
   /// See EpochBatchIterator::restore.
@@ -67,6 +69,8 @@ class UpdateStream {
   EpochBatchIterator iterator_;
   std::shared_ptr<BatchLoader> loader_;
   std::vector<std::future<Batch>> pending_;  // [micro-batch] of the prefetched update
+  std::vector<std::vector<int64_t>> pending_indices_;  // [micro-batch][sample] of the prefetched update
+  std::vector<std::vector<int64_t>> last_indices_;     // [micro-batch][sample] of the last update returned
   bool has_pending_ = false;
   IteratorPosition position_;
   IteratorPosition pending_start_;

@@ -94,4 +94,30 @@ std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInf
   return all;
 }
 
+void check_ranks_agree(c10d::Store& store, int64_t rank, int64_t world_size, const std::string& key,
+                       const std::string& value, const std::string& what, const std::string& hint,
+                       std::chrono::milliseconds timeout) {
+  store.set(fmt::format("hetseq/agree/{}/{}", key, rank), std::vector<uint8_t>(value.begin(), value.end()));
+  std::vector<std::string> values;
+  for (int64_t r = 0; r < world_size; ++r) {
+    const std::string k = fmt::format("hetseq/agree/{}/{}", key, r);
+    try {
+      store.wait({k}, timeout);
+    } catch (const c10::Error&) {
+      throw InputError(fmt::format("rank {}: rank {} never reported its {} within {} s", rank, r, what,
+                                   std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    }
+    const auto bytes = store.get(k);
+    values.emplace_back(bytes.begin(), bytes.end());
+  }
+  std::vector<std::string> differ;
+  for (int64_t r = 1; r < world_size; ++r) {
+    if (values[static_cast<size_t>(r)] != values[0]) differ.push_back(fmt::format("rank {} has {}", r, values[static_cast<size_t>(r)]));
+  }
+  if (!differ.empty()) {
+    throw InputError(fmt::format("rank {}: the ranks disagree on {}: rank 0 has {}, {}; {}", rank, what, values[0],
+                                 fmt::join(differ, ", "), hint));
+  }
+}
+
 }  // namespace hetseq

@@ -35,4 +35,11 @@ std::string model_digest(const torch::nn::Module& model);
 std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInfo& mine,
                                              std::chrono::milliseconds timeout);
 
+/// Checks that every rank has the same `value` for `what` (e.g. the digest of the state restored from
+/// a checkpoint) by exchanging it through the store under `key`. Throws hetseq::InputError naming the
+/// ranks whose value differs from rank 0's, and `hint`, the likely cause.
+void check_ranks_agree(c10d::Store& store, int64_t rank, int64_t world_size, const std::string& key,
+                       const std::string& value, const std::string& what, const std::string& hint,
+                       std::chrono::milliseconds timeout);
+
 }  // namespace hetseq

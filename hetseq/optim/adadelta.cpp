@@ -49,4 +49,22 @@ void Adadelta::step() {
   });
 }
 
+std::map<std::string, double> Adadelta::hyperparameters() const {
+  return {{"rho", options_.rho}, {"eps", options_.eps}, {"weight_decay", options_.weight_decay}};
+}
+
+void Adadelta::set_hyperparameter(const std::string& name, double value) {
+  AdadeltaOptions changed = options_;
+  if (name == "rho") {
+    changed.rho = value;
+  } else if (name == "eps") {
+    changed.eps = value;
+  } else if (name == "weight_decay") {
+    changed.weight_decay = value;
+  } else {
+    throw UsageError(fmt::format("adadelta has no hyper-parameter '{}'; it has rho, eps, weight_decay", name));
+  }
+  options_ = validated(changed);
+}
+
 }  // namespace hetseq::optim

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ class Adadelta : public Optimizer {
 
   std::string name() const override { return "adadelta"; }
   void step() override;
+  std::map<std::string, double> hyperparameters() const override;
+  void set_hyperparameter(const std::string& name, double value) override;
   const AdadeltaOptions& options() const { return options_; }
 
  protected:

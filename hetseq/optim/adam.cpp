@@ -56,4 +56,24 @@ void Adam::step() {
   });
 }
 
+std::map<std::string, double> Adam::hyperparameters() const {
+  return {{"beta1", options_.beta1}, {"beta2", options_.beta2}, {"eps", options_.eps}, {"weight_decay", options_.weight_decay}};
+}
+
+void Adam::set_hyperparameter(const std::string& name, double value) {
+  AdamOptions changed = options_;
+  if (name == "beta1") {
+    changed.beta1 = value;
+  } else if (name == "beta2") {
+    changed.beta2 = value;
+  } else if (name == "eps") {
+    changed.eps = value;
+  } else if (name == "weight_decay") {
+    changed.weight_decay = value;
+  } else {
+    throw UsageError(fmt::format("adam has no hyper-parameter '{}'; it has beta1, beta2, eps, weight_decay", name));
+  }
+  options_ = validated(changed);
+}
+
 }  // namespace hetseq::optim

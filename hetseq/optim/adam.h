@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ class Adam : public Optimizer {
 
   std::string name() const override { return "adam"; }
   void step() override;
+  std::map<std::string, double> hyperparameters() const override;
+  void set_hyperparameter(const std::string& name, double value) override;
   const AdamOptions& options() const { return options_; }
 
  protected:

@@ -36,6 +36,14 @@ class Optimizer {
   /// may view into its buckets), or makes them undefined when `set_to_none` is true.
   void zero_grad(bool set_to_none = false);
 
+  /// The hyper-parameters besides the learning rate, by name (Adam: beta1, beta2, eps, weight_decay;
+  /// SGD: momentum, weight_decay; Adadelta: rho, eps, weight_decay). Checkpoints store them, and
+  /// `--optimizer-overrides` changes them on resume.
+  virtual std::map<std::string, double> hyperparameters() const = 0;
+  /// Sets one of hyperparameters(). Throws hetseq::UsageError for an unknown name (listing the known
+  /// ones) or a value out of range; nothing changes then.
+  virtual void set_hyperparameter(const std::string& name, double value) = 0;
+
   /// The learning rate used by the next step().
   double lr() const { return lr_; }
   /// Sets the learning rate of the next step(); called by the LR schedulers. Asserts lr >= 0.

@@ -50,4 +50,20 @@ void Sgd::step() {
   });
 }
 
+std::map<std::string, double> Sgd::hyperparameters() const {
+  return {{"momentum", options_.momentum}, {"weight_decay", options_.weight_decay}};
+}
+
+void Sgd::set_hyperparameter(const std::string& name, double value) {
+  SgdOptions changed = options_;
+  if (name == "momentum") {
+    changed.momentum = value;
+  } else if (name == "weight_decay") {
+    changed.weight_decay = value;
+  } else {
+    throw UsageError(fmt::format("sgd has no hyper-parameter '{}'; it has momentum, weight_decay", name));
+  }
+  options_ = validated(changed);
+}
+
 }  // namespace hetseq::optim

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ class Sgd : public Optimizer {
 
   std::string name() const override { return "sgd"; }
   void step() override;
+  std::map<std::string, double> hyperparameters() const override;
+  void set_hyperparameter(const std::string& name, double value) override;
   const SgdOptions& options() const { return options_; }
 
  protected:

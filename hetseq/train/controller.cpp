@@ -141,6 +141,21 @@ void Controller::set_num_updates(int64_t n) {
   lr_scheduler_->step_update(n);
 }
 
+std::map<std::string, double> Controller::meter_state() const {
+  std::map<std::string, double> out = meters_.state();
+  for (const auto& [k, v] : epoch_sums_) out["epoch_sums." + k] = v;
+  return out;
+}
+
+void Controller::load_meter_state(const std::map<std::string, double>& state) {
+  meters_.load_state(state);
+  epoch_sums_.clear();
+  const std::string prefix = "epoch_sums.";
+  for (const auto& [k, v] : state) {
+    if (k.rfind(prefix, 0) == 0) epoch_sums_[k.substr(prefix.size())] = v;
+  }
+}
+
 void Controller::reset_epoch_meters() {
   meters_.reset_epoch();
   epoch_sums_.clear();

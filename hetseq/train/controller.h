@@ -64,6 +64,11 @@ class Controller {
   /// derived metrics such as accuracy).
   std::vector<Stat> valid_stats(const LogSums& sums) const;
 
+  /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
+  std::map<std::string, double> meter_state() const;
+  /// Restores a meter_state() (resume without --reset-meters).
+  void load_meter_state(const std::map<std::string, double>& state);
+
   torch::nn::Module& model() { return *model_; }
   std::shared_ptr<torch::nn::Module> model_ptr() { return model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }

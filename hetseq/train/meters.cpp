@@ -11,6 +11,11 @@ double RateMeter::rate() const {
   return s > 0 ? n_ / s : 0;
 }
 
+void RateMeter::restore(double n, double elapsed_s) {
+  n_ = n;
+  start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(elapsed_s));
+}
+
 void StopwatchMeter::stop() {
   if (!running_) return;
   sum_s_ += std::chrono::duration<double>(Clock::now() - start_).count();
@@ -26,6 +31,54 @@ void TrainMeters::reset_epoch() {
   clip.reset();
   wps.reset();
   ups.reset();
+}
+
+namespace {
+
+double get(const std::map<std::string, double>& state, const std::string& key, double fallback) {
+  auto it = state.find(key);
+  return it == state.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+std::map<std::string, double> TrainMeters::state() const {
+  std::map<std::string, double> out;
+  auto average = [&](const char* name, const AverageMeter& m) {
+    out[std::string(name) + ".sum"] = m.sum();
+    out[std::string(name) + ".count"] = m.count();
+    out[std::string(name) + ".last"] = m.last();
+  };
+  average("loss", loss);
+  average("nll_loss", nll_loss);
+  average("wpb", wpb);
+  average("bsz", bsz);
+  average("gnorm", gnorm);
+  average("clip", clip);
+  out["wps.n"] = wps.count();
+  out["wps.elapsed_s"] = wps.elapsed_s();
+  out["ups.n"] = ups.count();
+  out["ups.elapsed_s"] = ups.elapsed_s();
+  out["train_wall.sum_s"] = train_wall.sum_s();
+  out["wall.elapsed_s"] = wall.elapsed_s();
+  return out;
+}
+
+void TrainMeters::load_state(const std::map<std::string, double>& state) {
+  auto average = [&](const char* name, AverageMeter& m) {
+    const std::string n(name);
+    m.restore(get(state, n + ".sum", m.sum()), get(state, n + ".count", m.count()), get(state, n + ".last", m.last()));
+  };
+  average("loss", loss);
+  average("nll_loss", nll_loss);
+  average("wpb", wpb);
+  average("bsz", bsz);
+  average("gnorm", gnorm);
+  average("clip", clip);
+  wps.restore(get(state, "wps.n", wps.count()), get(state, "wps.elapsed_s", wps.elapsed_s()));
+  ups.restore(get(state, "ups.n", ups.count()), get(state, "ups.elapsed_s", ups.elapsed_s()));
+  train_wall.restore(get(state, "train_wall.sum_s", train_wall.sum_s()));
+  wall.restore(0, get(state, "wall.elapsed_s", wall.elapsed_s()));
 }
 
 }  // namespace hetseq

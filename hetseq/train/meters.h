@@ -18,6 +18,8 @@ class AverageMeter {
   double last() const { return last_; }
   double sum() const { return sum_; }
   double count() const { return count_; }
+  /// Continues from a saved sum(), count() and last() (resume).
+  void restore(double sum, double count, double last) { sum_ = sum; count_ = count; last_ = last; }
 
  private:
   double sum_ = 0, count_ = 0, last_ = 0;
@@ -32,6 +34,9 @@ class RateMeter {
   /// Events per second since the last reset.
   double rate() const;
   double elapsed_s() const;
+  double count() const { return n_; }
+  /// Continues as if `n` events had been counted over the last `elapsed_s` seconds (resume).
+  void restore(double n, double elapsed_s);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -46,6 +51,8 @@ class StopwatchMeter {
   void stop();
   void reset() { sum_s_ = 0; running_ = false; }
   double sum_s() const { return sum_s_; }
+  /// Continues from a saved sum_s() (resume); stopped.
+  void restore(double sum_s) { sum_s_ = sum_s; running_ = false; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -66,6 +73,10 @@ struct TrainMeters {
 
   /// Resets the per-epoch meters (all but wall and train_wall).
   void reset_epoch();
+  /// All meters as named numbers (`loss.sum`, `wps.n`, `wall.elapsed_s`, ...), for checkpoints.
+  std::map<std::string, double> state() const;
+  /// Restores a state(); names it lacks leave their meter as it is.
+  void load_state(const std::map<std::string, double>& state);
 };
 
 }  // namespace hetseq

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/model_file.h"
+#include "hetseq/checkpoint/checkpoint.h"
 #include "support/subprocess.h"
 #include "tasks/mnist/mnist_model.h"
 

@@ -1,0 +1,416 @@
+#include "hetseq/checkpoint/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
+namespace hetseq {
+namespace fs = std::filesystem;
+
+// Note [Checkpoint file]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A checkpoint is one archive in torch.save's format (torch::pickle_save), so that Python reads it
+// with `torch.load(path, weights_only=True)` and the same torch version. It holds a dict:
+//
+//   format_version, torch_version                      what wrote it
+//   model               {name: tensor}                 parameters and buffers
+//   optimizer           {name, options {k: float}, state {k: tensor}}   (no state with
+//                                                       --no-save-optimizer-state)
+//   lr_scheduler        {name, state {k: float}}
+//   extra_state         {num_updates, epoch, offset, meters {k: float}, rng_state, best,
+//                        data_plan {batch_sizes [int], update_freqs [int]}}
+//   args                {task, model_digest, options}  what must match on resume
+//   checksum            int
+//
+// `checksum` is a CRC-32 over every other entry, visited in sorted key order: names, integers,
+// floats (their 8 bytes), strings, and each tensor's dtype, shape and raw bytes. The archive format
+// has its own per-record CRC, but it does not cover everything and is not always checked; ours makes
+// a truncated or altered file an error on load rather than a silently different model. A truncated
+// archive fails earlier, in the archive reader, and is reported the same way.
+//
+// The position is where the next update starts: `epoch` and `offset`, the number of samples of that
+// epoch's permutation that completed updates consumed over all ranks (see Note [Data plan]). It does
+// not depend on the ranks' batch sizes, so a run resumed on another cluster continues with the next
+// sample of the same permutation.
+
+namespace {
+
+using Dict = c10::impl::GenericDict;
+
+Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
+
+template <class V>
+c10::IValue double_map(const std::map<std::string, V>& m) {
+  c10::Dict<std::string, double> d;
+  for (const auto& [k, v] : m) d.insert(k, static_cast<double>(v));
+  return d;
+}
+
+c10::IValue tensor_map(const std::map<std::string, torch::Tensor>& m) {
+  c10::Dict<std::string, torch::Tensor> d;
+  for (const auto& [k, v] : m) d.insert(k, v.detach().to(torch::kCPU).contiguous());
+  return d;
+}
+
+// A list of ints as a generic list: an int list would be pickled with a type-specific builder that
+// torch.load(weights_only=True) refuses.
+c10::IValue int_list(const std::vector<int64_t>& v) {
+  c10::impl::GenericList l(c10::AnyType::get());
+  for (int64_t x : v) l.push_back(x);
+  return l;
+}
+
+// The CRC-32 of an IValue tree; see Note [Checkpoint file].
+class Crc {
+ public:
+  void bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const Bytef*>(data);
+    while (n > 0) {
+      const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+      crc_ = crc32(crc_, p, chunk);
+      p += chunk;
+      n -= chunk;
+    }
+  }
+  void integer(int64_t v) { bytes(&v, sizeof v); }
+  void text(const std::string& s) {
+    integer(static_cast<int64_t>(s.size()));
+    bytes(s.data(), s.size());
+  }
+  void value(const c10::IValue& v) {
+    if (v.isTensor()) {
+      const torch::Tensor t = v.toTensor().to(torch::kCPU).contiguous();
+      integer(static_cast<int64_t>(t.scalar_type()));
+      integer(t.dim());
+      for (int64_t s : t.sizes()) integer(s);
+      bytes(t.data_ptr(), t.nbytes());
+    } else if (v.isDouble()) {
+      integer(1);
+      const double d = v.toDouble();
+      bytes(&d, sizeof d);
+    } else if (v.isInt()) {
+      integer(2);
+      integer(v.toInt());
+    } else if (v.isBool()) {
+      integer(3);
+      integer(v.toBool() ? 1 : 0);
+    } else if (v.isString()) {
+      integer(4);
+      text(v.toStringRef());
+    } else if (v.isNone()) {
+      integer(5);
+    } else if (v.isGenericDict()) {
+      integer(6);
+      const auto d = v.toGenericDict();
+      std::vector<std::string> keys;
+      for (const auto& e : d) keys.push_back(e.key().toStringRef());
+      std::sort(keys.begin(), keys.end());
+      integer(static_cast<int64_t>(keys.size()));
+      for (const auto& k : keys) {
+        text(k);
+        value(d.at(k));
+      }
+    } else if (v.isList()) {
+      integer(7);
+      const auto l = v.toList();
+      integer(static_cast<int64_t>(l.size()));
+      for (const c10::IValue& e : l) value(e);
+    } else {
+      throw InternalError(fmt::format("checkpoint checksum: unexpected value of type {}", v.tagKind()));
+    }
+  }
+  int64_t result() const { return static_cast<int64_t>(crc_); }
+
+ private:
+  uLong crc_ = crc32(0L, Z_NULL, 0);
+};
+
+// torch.save's archive of `root`, as torch::pickle_save writes it but with plain (untagged) dicts and
+// lists: torch.load(weights_only=True) refuses the type tags that pickle_save adds to typed containers.
+std::vector<char> archive_bytes(const c10::IValue& root) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* buf, size_t n) { pickled.insert(pickled.end(), buf, buf + n); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(root);
+  pickler.stop();
+  std::vector<char> archive;
+  archive.reserve(pickled.size());
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    const char* bytes = static_cast<const char*>(data);
+    archive.insert(archive.end(), bytes, bytes + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+int64_t checksum_of(const Dict& d, const std::string& skip) {
+  Dict copy = new_dict();
+  for (const auto& e : d) {
+    if (e.key().toStringRef() != skip) copy.insert(e.key(), e.value());
+  }
+  Crc crc;
+  crc.value(copy);
+  return crc.result();
+}
+
+// Typed access to a decoded archive; every miss is an error naming the file and the entry.
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InputError(fmt::format("{}: {}; it is not a hetseq checkpoint, or is damaged", source_, what));
+  }
+  c10::IValue at(const Dict& d, const std::string& key) const {
+    auto it = d.find(key);
+    if (it == d.end()) fail(fmt::format("the entry '{}' is missing", key));
+    return it->value();
+  }
+  Dict dict(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isGenericDict()) fail(fmt::format("the entry '{}' is not a dict", key));
+    return v.toGenericDict();
+  }
+  int64_t integer(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isInt()) fail(fmt::format("the entry '{}' is not an integer", key));
+    return v.toInt();
+  }
+  std::string text(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isString()) fail(fmt::format("the entry '{}' is not a string", key));
+    return v.toStringRef();
+  }
+  std::vector<int64_t> ints(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isList()) fail(fmt::format("the entry '{}' is not a list", key));
+    std::vector<int64_t> out;
+    for (const c10::IValue& e : v.toList()) {
+      if (!e.isInt()) fail(fmt::format("the entry '{}' is not a list of integers", key));
+      out.push_back(e.toInt());
+    }
+    return out;
+  }
+  std::map<std::string, double> doubles(const Dict& d, const std::string& key) const {
+    std::map<std::string, double> out;
+    for (const auto& e : dict(d, key)) {
+      if (!e.value().isDouble()) fail(fmt::format("the entry '{}.{}' is not a number", key, e.key().toStringRef()));
+      out[e.key().toStringRef()] = e.value().toDouble();
+    }
+    return out;
+  }
+  std::map<std::string, torch::Tensor> tensors(const Dict& d, const std::string& key) const {
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& e : dict(d, key)) {
+      if (!e.value().isTensor()) fail(fmt::format("the entry '{}.{}' is not a tensor", key, e.key().toStringRef()));
+      out[e.key().toStringRef()] = e.value().toTensor();
+    }
+    return out;
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    out.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
+  }
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    out.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
+  }
+  return out;
+}
+
+void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                        const std::string& source) {
+  std::map<std::string, torch::Tensor> saved(tensors.begin(), tensors.end());
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (auto& item : model.named_parameters(true)) targets.emplace_back(item.key(), item.value());
+  for (auto& item : model.named_buffers(true)) targets.emplace_back(item.key(), item.value());
+  // Check everything first, so that a mismatch leaves the model unchanged.
+  for (const auto& [name, target] : targets) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      throw InputError(fmt::format("{}: has no tensor '{}'; was it saved from another model or task?", source, name));
+    }
+    if (it->second.sizes() != target.sizes()) {
+      throw InputError(fmt::format("{}: tensor '{}' has shape [{}] but the model expects [{}]", source, name,
+                                   fmt::join(it->second.sizes(), ", "), fmt::join(target.sizes(), ", ")));
+    }
+  }
+  if (saved.size() != targets.size()) {
+    for (const auto& [name, t] : saved) {
+      const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& p) { return p.first == name; });
+      if (!known) {
+        throw InputError(fmt::format("{}: has a tensor '{}' that the model does not have; was it saved from another "
+                                     "model or task?",
+                                     source, name));
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) target.copy_(saved.at(name));
+}
+
+namespace {
+
+// The entries that make the training state: model, optimizer, lr_scheduler.
+void insert_state(Dict& root, const Checkpoint& c) {
+  c10::Dict<std::string, torch::Tensor> model;
+  for (const auto& [name, t] : c.model) model.insert(name, t.detach().to(torch::kCPU).contiguous());
+  root.insert("model", model);
+
+  Dict optimizer = new_dict();
+  optimizer.insert("name", c.optimizer_name);
+  optimizer.insert("options", double_map(c.optimizer_options));
+  if (c.optimizer_state) optimizer.insert("state", tensor_map(*c.optimizer_state));
+  root.insert("optimizer", optimizer);
+
+  Dict scheduler = new_dict();
+  scheduler.insert("name", c.lr_scheduler_name);
+  scheduler.insert("state", double_map(c.lr_scheduler_state));
+  root.insert("lr_scheduler", scheduler);
+}
+
+}  // namespace
+
+std::string state_digest(const Checkpoint& c) {
+  Dict root = new_dict();
+  insert_state(root, c);
+  root.insert("num_updates", c.num_updates);
+  root.insert("epoch", c.epoch);
+  root.insert("offset", c.offset);
+  Crc crc;
+  crc.value(root);
+  return fmt::format("{:08x} ({} updates, epoch {}, offset {})", crc.result(), c.num_updates, c.epoch, c.offset);
+}
+
+std::vector<char> encode_checkpoint(const Checkpoint& c) {
+  Dict root = new_dict();
+  root.insert("format_version", c.format_version);
+  root.insert("torch_version", c.torch_version.empty() ? std::string(TORCH_VERSION) : c.torch_version);
+  insert_state(root, c);
+
+  Dict extra = new_dict();
+  extra.insert("num_updates", c.num_updates);
+  extra.insert("epoch", c.epoch);
+  extra.insert("offset", c.offset);
+  extra.insert("meters", double_map(c.meters));
+  extra.insert("rng_state", c.rng_state.defined() ? c.rng_state.to(torch::kCPU).contiguous() : torch::Tensor());
+  extra.insert("best", c.best ? c10::IValue(*c.best) : c10::IValue());
+  Dict plan = new_dict();
+  plan.insert("batch_sizes", int_list(c.data_plan.batch_sizes));
+  plan.insert("update_freqs", int_list(c.data_plan.update_freqs));
+  extra.insert("data_plan", plan);
+  root.insert("extra_state", extra);
+
+  Dict args = new_dict();
+  args.insert("task", c.task);
+  args.insert("model_digest", c.model_digest);
+  args.insert("options", c.options);
+  root.insert("args", args);
+
+  root.insert("checksum", checksum_of(root, "checksum"));
+  return archive_bytes(root);
+}
+
+Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& source) {
+  const Reader r(source);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    r.fail(fmt::format("cannot be read as an archive ({}): the file is truncated or altered", what));
+  }
+  if (!value.isGenericDict()) r.fail("the archive does not hold a dict");
+  const Dict root = value.toGenericDict();
+  const int64_t version = r.integer(root, "format_version");
+  if (version != Checkpoint::kFormatVersion) {
+    throw InputError(fmt::format("{}: checkpoint format version {}, but this hetseq reads version {}", source, version,
+                                 Checkpoint::kFormatVersion));
+  }
+  const int64_t stored = r.integer(root, "checksum");
+  const int64_t actual = checksum_of(root, "checksum");
+  if (stored != actual) {
+    throw InputError(fmt::format("{}: checksum mismatch (stored {:08x}, content {:08x}): the file was altered or "
+                                 "damaged after it was written; use another checkpoint",
+                                 source, stored, actual));
+  }
+
+  Checkpoint c;
+  c.format_version = version;
+  c.torch_version = r.text(root, "torch_version");
+  for (const auto& e : r.dict(root, "model")) {
+    if (!e.value().isTensor()) r.fail(fmt::format("model entry '{}' is not a tensor", e.key().toStringRef()));
+    c.model.emplace_back(e.key().toStringRef(), e.value().toTensor());
+  }
+  const Dict optimizer = r.dict(root, "optimizer");
+  c.optimizer_name = r.text(optimizer, "name");
+  c.optimizer_options = r.doubles(optimizer, "options");
+  if (optimizer.contains("state")) c.optimizer_state = r.tensors(optimizer, "state");
+  const Dict scheduler = r.dict(root, "lr_scheduler");
+  c.lr_scheduler_name = r.text(scheduler, "name");
+  c.lr_scheduler_state = r.doubles(scheduler, "state");
+
+  const Dict extra = r.dict(root, "extra_state");
+  c.num_updates = r.integer(extra, "num_updates");
+  c.epoch = r.integer(extra, "epoch");
+  c.offset = r.integer(extra, "offset");
+  c.meters = r.doubles(extra, "meters");
+  if (const c10::IValue rng = r.at(extra, "rng_state"); rng.isTensor()) c.rng_state = rng.toTensor();
+  if (const c10::IValue best = r.at(extra, "best"); best.isDouble()) c.best = best.toDouble();
+  const Dict plan = r.dict(extra, "data_plan");
+  c.data_plan.batch_sizes = r.ints(plan, "batch_sizes");
+  c.data_plan.update_freqs = r.ints(plan, "update_freqs");
+  if (c.num_updates < 0 || c.epoch < 1 || c.offset < 0) {
+    r.fail(fmt::format("the position (epoch {}, offset {}, {} updates) is impossible", c.epoch, c.offset,
+                       c.num_updates));
+  }
+
+  const Dict args = r.dict(root, "args");
+  c.task = r.text(args, "task");
+  c.model_digest = r.text(args, "model_digest");
+  c.options = r.text(args, "options");
+  return c;
+}
+
+void save_checkpoint(const Checkpoint& checkpoint, const std::vector<fs::path>& paths) {
+  if (paths.empty()) return;
+  const std::vector<char> bytes = encode_checkpoint(checkpoint);
+  for (const auto& path : paths) write_file_atomically(path, bytes);
+}
+
+Checkpoint load_checkpoint(const fs::path& path) {
+  if (!fs::is_regular_file(path)) {
+    throw InputError(fmt::format("{}: no such checkpoint file; check the path", path.string()));
+  }
+  return decode_checkpoint(read_file(path), path.string());
+}
+
+void load_model(torch::nn::Module& model, const fs::path& path) {
+  load_model_tensors(model, load_checkpoint(path).model, path.string());
+}
+
+}  // namespace hetseq
