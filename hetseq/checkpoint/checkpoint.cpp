@@ -175,7 +175,7 @@ class Reader {
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw InputError(fmt::format("{}: {}; it is not a hetseq checkpoint, or is damaged", source_, what));
+    throw InputError(fmt::format("{}: {}; it is not a hetseq checkpoint, or it is damaged: use another one", source_, what));
   }
   c10::IValue at(const Dict& d, const std::string& key) const {
     auto it = d.find(key);
@@ -336,13 +336,19 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
 
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& source) {
   const Reader r(source);
+  // The archive ends with the zip end-of-central-directory record (22 bytes, no comment). LibTorch's
+  // reader recovers what it can from an archive cut short, so a truncated file must be caught here.
+  static const char kEndOfArchive[] = {'P', 'K', 5, 6};
+  if (bytes.size() < 22 || std::memcmp(bytes.data() + bytes.size() - 22, kEndOfArchive, 4) != 0) {
+    r.fail(fmt::format("it has no end-of-archive record ({} bytes): the file is truncated", bytes.size()));
+  }
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    r.fail(fmt::format("cannot be read as an archive ({}): the file is truncated or altered", what));
+    r.fail(fmt::format("cannot be read as an archive ({})", what));
   }
   if (!value.isGenericDict()) r.fail("the archive does not hold a dict");
   const Dict root = value.toGenericDict();
