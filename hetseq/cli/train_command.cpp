@@ -445,6 +445,7 @@ int train(int argc, const char* const argv[]) {
         save(epoch, false, stream.position(), v.metric);
       }
     }
+    progress.log(epoch, "train_epoch", controller.train_stats());
     if (!stream.end_of_epoch()) {
       // Stopped inside the epoch (--max-update): a checkpoint to continue from.
       if (last_saved != controller.num_updates() && !ck.save.no_save) {
@@ -453,7 +454,6 @@ int train(int argc, const char* const argv[]) {
       }
       break;
     }
-    progress.log(epoch, "train_epoch", controller.train_stats());
     Validation v;
     if (validation_on && epoch % o.dataset.validate_interval == 0) v = run_validation(epoch);
     lr = controller.lr_step(epoch, v.loss);

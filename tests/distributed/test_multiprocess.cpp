@@ -1,12 +1,17 @@
 // Level 2 of the distributed tests: real hetseq-train processes over loopback, each rank its own
 // process (or a node's launcher starting its workers), waited for with deadlines.
 #include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint.h"
+#include "support/mnist_files.h"
 #include "support/subprocess.h"
 #include "tasks/mnist/mnist_model.h"
 
@@ -185,4 +190,45 @@ TEST_CASE("ranks that disagree on world size or options get a clear error", "[di
       CHECK_THAT(r.err, Catch::Contains("disagree on training options") && Catch::Contains("lr=0.5"));
     }
   }
+}
+
+TEST_CASE("with unequal batches and update-freqs every sample of an epoch is used exactly once",
+          "[distributed][multiprocess]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 1000, 10);
+  // 7*1 + 13*3 + 29*2 = 104 samples per update: 9 full updates and a short last one of 64.
+  const std::vector<std::pair<int, int>> ranks{{7, 1}, {13, 3}, {29, 2}};
+  std::vector<std::vector<std::string>> commands;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    commands.push_back(with(base_args(dir / "ckpt", 0),
+                            {"--data", dir.path(), "--max-epoch", "2", "--max-sentences", std::to_string(ranks[r].first),
+                             "--update-freq", std::to_string(ranks[r].second), "--distributed-world-size", "3",
+                             "--distributed-rank", std::to_string(r), "--distributed-init-method",
+                             "file://" + (dir / "rendezvous"), "--dump-sample-ids", dir / "ids"}));
+  }
+  const auto results = run_processes(commands, 300s);
+  for (size_t r = 0; r < results.size(); ++r) require_success(results[r], "rank " + std::to_string(r));
+  std::map<int64_t, std::vector<int64_t>> used;  // [epoch] sample ids over all ranks
+  std::map<int64_t, std::set<int64_t>> updates;  // [rank] update numbers it took part in
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream in(dir / ("ids/samples-rank" + std::to_string(r) + ".txt"));
+    REQUIRE(in.good());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      int64_t epoch = 0, update = 0, id = 0;
+      fields >> epoch >> update;
+      updates[r].insert(update);
+      while (fields >> id) used[epoch].push_back(id);
+    }
+  }
+  std::vector<int64_t> all(1000);
+  std::iota(all.begin(), all.end(), 0);
+  REQUIRE(used.size() == 2);
+  for (auto& [epoch, ids] : used) {
+    INFO("epoch " << epoch);
+    std::sort(ids.begin(), ids.end());
+    CHECK(ids == all);
+  }
+  // Every rank takes part in the same 20 updates, the short last ones included.
+  for (int r = 0; r < 3; ++r) CHECK(updates[r].size() == 20);
 }
