@@ -206,7 +206,7 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
 
   reducer_ = std::make_shared<c10d::Reducer>(params_, std::move(buckets), group_, dense, cap_bytes,
                                              options_.find_unused_parameters,
-                                             /*gradient_as_bucket_view=*/false, std::move(names), first_cap_bytes,
+                                             /*gradient_as_bucket_view=*/true, std::move(names), first_cap_bytes,
                                              /*skip_all_reduce_unused_params=*/false,
                                              /*use_python_reducer=*/false,
                                              /*bucket_bytes_cap_list=*/std::vector<int64_t>{});

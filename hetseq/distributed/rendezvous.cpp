@@ -1,5 +1,7 @@
 #include "hetseq/distributed/rendezvous.h"
 
+#include <unistd.h>
+
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -174,6 +176,8 @@ void leave_rendezvous(const Rendezvous& joined, std::chrono::milliseconds timeou
   for (int64_t r = 1; r < joined.world_size; ++r) {
     store_barrier_key(*joined.store, fmt::format("hetseq/left/{}", r), joined.rank, r, timeout);
   }
+  // Every other rank has left: the store file can go, so that the same command can run again.
+  if (!joined.file_path.empty()) ::unlink(joined.file_path.c_str());
 }
 
 Rendezvous rendezvous(const RendezvousOptions& options) {
@@ -201,6 +205,14 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
     throw InputError(fmt::format("rank {}: cannot open the rendezvous store at '{}': {}", out.rank, options.init_method,
                                  e.what_without_backtrace()));
   }
+  if (method.kind == InitMethod::Kind::kFile && out.store->check({fmt::format("hetseq/arrived/{}", out.rank)})) {
+    // Every rank announces itself once per run: finding our own key means the file is a previous
+    // run's (killed before it could remove it), and its keys would mislead every step that follows.
+    throw InputError(fmt::format("rank {}: --distributed-init-method {}: the file holds the rendezvous of an earlier "
+                                 "run (rank {} already arrived there); delete {} or use a fresh path",
+                                 out.rank, options.init_method, out.rank, method.path));
+  }
+  out.file_path = method.kind == InitMethod::Kind::kFile ? method.path : std::string();
   log::info("[rendezvous] rank {} of {} joined via {}", out.rank, out.world_size, options.init_method);
   store_barrier(*out.store, "hetseq/arrived", out.rank, out.world_size, options.timeout);
   return out;

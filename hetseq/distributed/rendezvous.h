@@ -29,6 +29,7 @@ struct Rendezvous {
   int64_t rank = 0;
   int64_t world_size = 1;
   std::optional<int64_t> local_rank;  // from env:// or Slurm, when they say
+  std::string file_path;              // the store's file with file://, removed by rank 0 on leaving
 };
 
 /// A parsed init method (see RendezvousOptions::init_method).
@@ -56,7 +57,8 @@ void resolve_ranks(const InitMethod& method, const std::map<std::string, std::st
 Rendezvous rendezvous(const RendezvousOptions& options);
 
 /// The last step of a run: waits until every rank is done; rank 0, which may host the store, leaves
-/// only after the others have stopped using it. Throws hetseq::InputError naming missing ranks.
+/// only after the others have stopped using it, and with file:// then removes the store's file (a
+/// rerun of the same command finds none). Throws hetseq::InputError naming missing ranks.
 void leave_rendezvous(const Rendezvous& joined, std::chrono::milliseconds timeout);
 
 /// Waits until all `world_size` ranks have set `key_prefix/<rank>` in `store`, setting our own first.

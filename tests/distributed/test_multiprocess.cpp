@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint.h"
@@ -231,4 +232,34 @@ TEST_CASE("with unequal batches and update-freqs every sample of an epoch is use
   }
   // Every rank takes part in the same 20 updates, the short last ones included.
   for (int r = 0; r < 3; ++r) CHECK(updates[r].size() == 20);
+}
+
+TEST_CASE("a file rendezvous is removed after a run and a stale one is a clear error", "[distributed][multiprocess]") {
+  TempDir dir;
+  const std::string rdv = dir / "rendezvous";
+  auto ranks = [&](const std::string& save_dir) {
+    std::vector<std::vector<std::string>> commands;
+    for (int r = 0; r < 2; ++r) {
+      commands.push_back(with(base_args(save_dir, 2),
+                              {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                               std::to_string(r), "--distributed-init-method", "file://" + rdv}));
+    }
+    return commands;
+  };
+  for (int run = 0; run < 2; ++run) {  // the same command twice: the first run leaves no file behind
+    CAPTURE(run);
+    const auto results = run_processes(ranks(dir / ("save" + std::to_string(run))), 300s);
+    for (size_t r = 0; r < results.size(); ++r) require_success(results[r], "rank " + std::to_string(r));
+    CHECK(!std::filesystem::exists(rdv));
+  }
+  // A file left by a killed run: rank 0 finds its own arrival from before.
+  {
+    c10d::FileStore stale(rdv, 2);
+    stale.set("hetseq/arrived/0", std::vector<uint8_t>{1});
+  }
+  const auto results = run_processes(ranks(dir / "stale"), 120s);
+  INFO(results[0].err);
+  CHECK(results[0].exit_code == 1);
+  CHECK_THAT(results[0].err, Catch::Contains("earlier run") && Catch::Contains(rdv));
+  CHECK(!results[1].timed_out);
 }
