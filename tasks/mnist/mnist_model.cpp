@@ -12,8 +12,8 @@ MnistNetImpl::MnistNetImpl(const MnistNetOptions& options) : options_(options) {
   conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).stride(1)));
   dropout1_ = register_module("dropout1", torch::nn::Dropout2d(options.dropout1));
   dropout2_ = register_module("dropout2", torch::nn::Dropout(options.dropout2));
-  fc1_ = register_module("fc1", torch::nn::Linear(9216, 128));
-  fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+  fc1_ = register_module("fc1", torch::nn::Linear(9216, options.hidden));
+  fc2_ = register_module("fc2", torch::nn::Linear(options.hidden, 10));
 }
 
 torch::Tensor MnistNetImpl::forward(const torch::Tensor& images) {
@@ -22,7 +22,7 @@ torch::Tensor MnistNetImpl::forward(const torch::Tensor& images) {
   x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));        // [N, 64, 12, 12]
   x = dropout1_->forward(x);
   x = torch::flatten(x, 1);                                // [N, 9216]
-  x = torch::relu(fc1_->forward(x));                       // [N, 128]
+  x = torch::relu(fc1_->forward(x));                       // [N, hidden]
   x = dropout2_->forward(x);
   x = fc2_->forward(x);                                    // [N, 10]
   return F::log_softmax(x, F::LogSoftmaxFuncOptions(1));

@@ -14,6 +14,7 @@ namespace hetseq::mnist {
 struct MnistNetOptions {
   double dropout1 = 0.25;  // feature dropout (whole channels) after the convolutions
   double dropout2 = 0.5;   // dropout after the first fully connected layer
+  int64_t hidden = 128;    // width of the hidden fully connected layer (--hidden-units; HetSeq's is 128)
 };
 
 /// conv 1->32 3x3, ReLU, conv 32->64 3x3, ReLU, max-pool 2, Dropout2d(dropout1), flatten, fc 9216->128, ReLU,

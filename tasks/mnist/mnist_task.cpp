@@ -167,13 +167,17 @@ TaskSpec make_mnist_spec() {
   spec.add_options = [](cxxopts::Options& options) {
     options.add_options("MNIST task")(
         "dropout", "dropout probabilities after the convolutions (whole channels) and after the hidden layer",
-        cxxopts::value<std::string>()->default_value("0.25,0.5"), "P1,P2");
+        cxxopts::value<std::string>()->default_value("0.25,0.5"), "P1,P2")(
+        "hidden-units", "width of the hidden fully connected layer", cxxopts::value<std::string>()->default_value("128"),
+        "N");
   };
   spec.defaults = {{"valid-subset", "test"}, {"data", "/usr/share/datasets/fashion-mnist"}};
   spec.create = [](const cxxopts::ParseResult& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
     MnistTaskOptions options;
     options.data_dir = args["data"].as<std::string>();
     options.model = parse_dropout(args["dropout"].as<std::string>());
+    options.model.hidden = parse_int("--hidden-units", args["hidden-units"].as<std::string>());
+    if (options.model.hidden < 1) throw UsageError("--hidden-units must be a positive number of units");
     return std::make_unique<MnistTask>(std::move(options));
   };
   return spec;

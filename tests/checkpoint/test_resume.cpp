@@ -251,6 +251,10 @@ TEST_CASE("bad checkpoints and resume mismatches are clear errors", "[checkpoint
   CHECK(missing.exit_code == 1);
   CHECK_THAT(missing.err, Contains("--restore-file") && Contains("nope.pt"));
 
+  const auto other_model = run_process(with(base, {"--max-update", "4", "--hidden-units", "64"}), 120s);
+  CHECK(other_model.exit_code == 1);
+  CHECK_THAT(other_model.err, Contains(last) && Contains("other parameters"));
+
   const auto sgd = run_process(with(base, {"--max-update", "4", "--optimizer", "sgd"}), 120s);
   CHECK(sgd.exit_code == 1);
   CHECK_THAT(sgd.err, Contains("--reset-optimizer"));

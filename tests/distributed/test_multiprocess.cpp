@@ -158,7 +158,7 @@ TEST_CASE("a rank that never arrives is named in the error", "[distributed][mult
   CHECK_THAT(r.err, Catch::Contains("rank(s) 1 of 2 never arrived"));
 }
 
-TEST_CASE("ranks that disagree on world size or options get a clear error", "[distributed][multiprocess]") {
+TEST_CASE("ranks that disagree on world size or model or options get a clear error", "[distributed][multiprocess]") {
   TempDir dir;
   SECTION("world size") {
     const auto results = run_processes(
@@ -176,6 +176,21 @@ TEST_CASE("ranks that disagree on world size or options get a clear error", "[di
     }
     CHECK_THAT(results[0].err + results[1].err, Catch::Contains("--distributed-world-size") ||
                                                      Catch::Contains("never arrived"));
+  }
+  SECTION("model") {
+    const auto results = run_processes(
+        {with(base_args(dir / "m", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                                        "0", "--distributed-init-method", "file://" + (dir / "rdv3")}),
+         with(base_args(dir / "m", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
+                                        "1", "--distributed-init-method", "file://" + (dir / "rdv3"),
+                                        "--hidden-units", "64"})},
+        120s);
+    for (const auto& r : results) {
+      INFO(r.err);
+      CHECK(!r.timed_out);
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, Catch::Contains("disagree on model") && Catch::Contains("rank 1"));
+    }
   }
   SECTION("options") {
     const auto results = run_processes(
