@@ -43,7 +43,7 @@ std::shared_ptr<torch::nn::Module> group(torch::nn::Module& parent, const std::s
   return parent.register_module(name, std::make_shared<torch::nn::Module>(name));
 }
 
-torch::nn::LayerNorm layer_norm(const BertConfig& c) {
+torch::nn::LayerNorm make_layer_norm(const BertConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
 }
 
@@ -54,7 +54,7 @@ BertEmbeddingsImpl::BertEmbeddingsImpl(const BertConfig& c) {
   position_embeddings =
       register_module("position_embeddings", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
   token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(c.type_vocab_size, c.hidden_size));
-  layer_norm = register_module("LayerNorm", layer_norm(c));
+  layer_norm = register_module("LayerNorm", make_layer_norm(c));
   dropout = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
 }
 
@@ -77,12 +77,12 @@ BertLayerImpl::BertLayerImpl(const BertConfig& c) : config_(c) {
   value_ = self->register_module("value", torch::nn::Linear(h, h));
   auto attention_output = group(*attention, "output");
   attention_dense_ = attention_output->register_module("dense", torch::nn::Linear(h, h));
-  attention_norm_ = attention_output->register_module("LayerNorm", layer_norm(c));
+  attention_norm_ = attention_output->register_module("LayerNorm", make_layer_norm(c));
   auto intermediate = group(*this, "intermediate");
   intermediate_ = intermediate->register_module("dense", torch::nn::Linear(h, c.intermediate_size));
   auto output = group(*this, "output");
   output_dense_ = output->register_module("dense", torch::nn::Linear(c.intermediate_size, h));
-  output_norm_ = output->register_module("LayerNorm", layer_norm(c));
+  output_norm_ = output->register_module("LayerNorm", make_layer_norm(c));
   dropout_ = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
 }
 
@@ -131,7 +131,7 @@ BertForPreTrainingImpl::BertForPreTrainingImpl(const BertConfig& c) : config_(c)
   auto predictions = group(*cls, "predictions");
   auto transform = group(*predictions, "transform");
   transform_ = transform->register_module("dense", torch::nn::Linear(c.hidden_size, c.hidden_size));
-  transform_norm_ = transform->register_module("LayerNorm", layer_norm(c));
+  transform_norm_ = transform->register_module("LayerNorm", make_layer_norm(c));
   decoder_bias_ = predictions->register_parameter("bias", torch::zeros({c.vocab_size}));
   seq_relationship_ = cls->register_module("seq_relationship", torch::nn::Linear(c.hidden_size, 2));
   init_bert_weights(*this, c.initializer_range);
