@@ -152,7 +152,8 @@ BertPreTrainingOutput BertForPreTrainingImpl::forward(const torch::Tensor& input
 
 void init_bert_weights(torch::nn::Module& module, double initializer_range) {
   torch::NoGradGuard no_grad;
-  for (const auto& m : module.modules(/*include_self=*/true)) {
+  // Not the module itself: init_bert_weights runs in constructors, before a shared_ptr owns the module.
+  for (const auto& m : module.modules(/*include_self=*/false)) {
     if (auto* linear = m->as<torch::nn::LinearImpl>()) {
       linear->weight.normal_(0.0, initializer_range);
       if (linear->bias.defined()) linear->bias.zero_();

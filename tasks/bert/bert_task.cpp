@@ -158,7 +158,9 @@ namespace {
 /// The value of a general flag, or `fallback` when this program has no such flag or it was not given.
 std::string string_or(const cxxopts::ParseResult& args, const std::string& name, const std::string& fallback) {
   try {
-    return args[name].as<std::string>();
+    const cxxopts::OptionValue& value = args[name];  // throws when this program has no such flag
+    // as() on a flag without a value must not be reached: cxxopts's error for it reads freed memory.
+    return value.count() > 0 || value.has_default() ? value.as<std::string>() : fallback;
   } catch (const cxxopts::exceptions::exception&) {
     return fallback;
   }

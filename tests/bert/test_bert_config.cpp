@@ -37,8 +37,8 @@ std::string tiny_with(const std::string& key, const std::string& value) {
   REQUIRE(at != std::string::npos);
   size_t end = text.find_first_of(",}", at);
   if (value.empty()) {
-    if (text[end] == ',') ++end;
-    return text.substr(0, at) + text.substr(end);
+    if (text[end] == ',') return text.substr(0, at) + text.substr(end + 1);
+    return text.substr(0, text.rfind(',', at)) + text.substr(end);  // the last key: drop the comma before it
   }
   return text.substr(0, at) + "\"" + key + "\": " + value + text.substr(end);
 }
@@ -87,7 +87,7 @@ TEST_CASE("bad BERT configs are clear errors naming the file and the key", "[ber
   CHECK_THAT(error_of(tiny_with("vocab_size", "30522, \"layer_norm_eps\": 1e-12")),
              Catch::Contains("unknown key \"layer_norm_eps\""));
   CHECK_THAT(error_of(tiny_with("hidden_size", "\"big\"")), Catch::Contains("\"hidden_size\" must be an integer"));
-  CHECK_THAT(error_of(tiny_with("hidden_size", "100")), Catch::Contains("not a multiple of \"num_attention_heads\""));
+  CHECK_THAT(error_of(tiny_with("hidden_size", "127")), Catch::Contains("not a multiple of \"num_attention_heads\""));
   CHECK_THAT(error_of(tiny_with("hidden_act", "\"tanh\"")), Catch::Contains("\"hidden_act\"") && Catch::Contains("tanh"));
   CHECK_THAT(error_of(tiny_with("hidden_dropout_prob", "1.5")), Catch::Contains("\"hidden_dropout_prob\""));
   CHECK_THAT(error_of(tiny_with("num_hidden_layers", "0")), Catch::Contains("\"num_hidden_layers\" must be positive"));
