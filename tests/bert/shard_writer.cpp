@@ -1,8 +1,10 @@
 #include "bert/shard_writer.h"
 
+#include <fstream>
 #include <stdexcept>
 
 #include <hdf5.h>
+#include <nlohmann/json.hpp>
 
 namespace hetseq::test {
 
@@ -59,6 +61,23 @@ void write_shard(const std::string& path, const std::map<std::string, ShardArray
     }
   }
   H5Fclose(file);
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
+  nlohmann::json header;
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    const torch::Tensor c = t.to(torch::kFloat32).contiguous();
+    const size_t begin = data.size();
+    data.append(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
+    header[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {begin, data.size()}}};
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  const std::string text = header.dump();
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << text << data;
 }
 
 }  // namespace hetseq::test

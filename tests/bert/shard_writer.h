@@ -1,10 +1,13 @@
 #pragma once
-// Writes BERT HDF5 shards for tests with the HDF5 C API, well-formed or broken in one chosen way.
+// Files for BERT tests: HDF5 shards written with the HDF5 C API, well-formed or broken in one chosen way, and
+// safetensors files of weights.
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <torch/types.h>
 
 namespace hetseq::test {
 
@@ -22,5 +25,8 @@ std::map<std::string, ShardArray> make_shard(int64_t n, int64_t seq_length = 16,
 
 /// Writes `datasets` to a new HDF5 file at `path` (int32 or float64 elements).
 void write_shard(const std::string& path, const std::map<std::string, ShardArray>& datasets);
+
+/// Writes `tensors` as a safetensors file, each converted to float32.
+void write_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
 
 }  // namespace hetseq::test

@@ -1,11 +1,14 @@
 // hetseq-train --task bert as a user runs it: real processes on HDF5 shards written here.
 
+#include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "bert/shard_writer.h"
 #include "support/subprocess.h"
@@ -80,4 +83,39 @@ TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the fi
                                "--max-sentences", "4", "--valid-subset", "valid", "--save-dir", dir / "save"});
   CHECK(no_split.exit_code == 1);
   CHECK_THAT(no_split.err, Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
+}
+
+TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights, and rejects mismatched ones", "[bert][cli]") {
+  TempDir dir;
+  write_shard(dir / "toy_train_0.hdf5", make_shard(8, 16, 4));
+  write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));
+  // A 1-layer encoder-only checkpoint matching configs/bert-tiny.json except for its number of layers.
+  std::map<std::string, torch::Tensor> weights{
+      {"embeddings.word_embeddings.weight", torch::full({30522, 128}, 0.01)},
+      {"embeddings.position_embeddings.weight", torch::zeros({512, 128})},
+      {"embeddings.token_type_embeddings.weight", torch::zeros({2, 128})},
+      {"embeddings.LayerNorm.weight", torch::ones({128})},
+      {"embeddings.LayerNorm.bias", torch::zeros({128})}};
+  std::filesystem::create_directories(dir / "hf");
+  write_safetensors(dir / "hf/model.safetensors", weights);
+  const std::vector<std::string> base{"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                                      "--max-sentences", "4", "--max-update", "1", "--no-save", "--init-from"};
+  auto with = [&](const std::string& path) {
+    auto args = base;
+    args.push_back(path);
+    return args;
+  };
+  const auto ok = train(with(dir / "hf"));
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.err, Catch::Contains("--init-from") && Catch::Contains("5 tensors loaded"));
+
+  weights["embeddings.position_embeddings.weight"] = torch::zeros({128, 128});
+  write_safetensors(dir / "hf/model.safetensors", weights);
+  const auto bad = train(with(dir / "hf"));
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("model.safetensors") && Catch::Contains("embeddings.position_embeddings.weight"));
+  const auto missing = train(with(dir / "nowhere"));
+  CHECK(missing.exit_code == 1);
+  CHECK_THAT(missing.err, Catch::Contains("--init-from") && Catch::Contains("nowhere"));
 }

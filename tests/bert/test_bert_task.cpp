@@ -8,7 +8,6 @@
 
 #include <catch2/catch.hpp>
 #include <cxxopts.hpp>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "bert/shard_writer.h"
@@ -57,24 +56,6 @@ std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
   return v;
-}
-
-/// Writes `tensors` (float32) as a safetensors file.
-void write_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
-  nlohmann::json header;
-  std::string data;
-  for (const auto& [name, t] : tensors) {
-    const torch::Tensor c = t.to(torch::kFloat32).contiguous();
-    const size_t begin = data.size();
-    data.append(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
-    header[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {begin, data.size()}}};
-  }
-  header["__metadata__"] = {{"format", "pt"}};
-  const std::string text = header.dump();
-  std::ofstream out(path, std::ios::binary);
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  out << text << data;
 }
 
 }  // namespace
@@ -222,7 +203,7 @@ TEST_CASE("bert: weights in Hugging Face's layout load by name, and wrong shapes
   }
   tensors["embeddings.position_ids"] = torch::arange(10).to(torch::kFloat32);
   tensors["classifier.weight"] = torch::zeros({3, 16});
-  write_safetensors(dir / "model.safetensors", tensors);
+  hetseq::test::write_safetensors(dir / "model.safetensors", tensors);
 
   torch::manual_seed(4);
   hetseq::bert::BertForPreTraining target(c);
@@ -240,7 +221,7 @@ TEST_CASE("bert: weights in Hugging Face's layout load by name, and wrong shapes
   SECTION("into a bare BertModel, from a pretraining checkpoint") {
     std::map<std::string, torch::Tensor> full;
     for (const auto& p : source->named_parameters()) full[p.key()] = p.value().detach().clone();
-    write_safetensors(dir / "full.safetensors", full);
+    hetseq::test::write_safetensors(dir / "full.safetensors", full);
     hetseq::bert::BertModel bare(c);
     const auto r = hetseq::bert::load_hf_weights(*bare, dir / "full.safetensors");
     CHECK(r.missing.empty());
@@ -249,13 +230,13 @@ TEST_CASE("bert: weights in Hugging Face's layout load by name, and wrong shapes
   }
   SECTION("a shape mismatch names the file and the tensor") {
     tensors["encoder.layer.1.intermediate.dense.weight"] = torch::zeros({30, 16});
-    write_safetensors(dir / "bad.safetensors", tensors);
+    hetseq::test::write_safetensors(dir / "bad.safetensors", tensors);
     CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "bad.safetensors"),
                       Catch::Contains("bad.safetensors") && Catch::Contains("encoder.layer.1.intermediate.dense.weight") &&
                           Catch::Contains("[30, 16]"));
   }
   SECTION("a file that is no BERT checkpoint") {
-    write_safetensors(dir / "other.safetensors", {{"conv.weight", torch::zeros({2, 2})}});
+    hetseq::test::write_safetensors(dir / "other.safetensors", {{"conv.weight", torch::zeros({2, 2})}});
     CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "other.safetensors"),
                       Catch::Contains("other.safetensors") && Catch::Contains("none of its 1 tensors"));
     std::ofstream(dir / "junk.safetensors") << "junk";
