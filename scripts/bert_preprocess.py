@@ -10,7 +10,9 @@ PREFIX_train_K.hdf5 and PREFIX_test_K.hdf5 (K = 0, 1, ...), each with the datase
 The recipe is BERT's (Devlin et al. 2019, and Google's create_pretraining_data): WordPiece tokens; each document
 is cut into chunks of sentences that fill max_seq_length - 3 tokens (with probability --short-seq-prob a shorter
 random target, to match fine-tuning lengths); each chunk becomes a pair [CLS] A [SEP] B [SEP] where half of the time
-B is a random span of another document (label 1), else the rest of the chunk (label 0); the longer side is trimmed
+B is a random span of another document (label 1), else the rest of the chunk (label 0; a chunk of one sentence
+then takes the document's next sentence as B, or the one before as A, so that only documents of one sentence
+always get a random B); the longer side is trimmed
 from a random end until the pair fits; --masked-lm-prob of the tokens (at most --max-predictions-per-seq, at least
 one) are chosen for prediction, of which 80% become [MASK], 10% a random token and 10% stay unchanged. The documents
 are passed over --dupe-factor times with fresh random choices. Documents (not sequences) are split into train and
@@ -83,9 +85,21 @@ class Recipe:
             chunk.append(doc[i])
             length += len(doc[i])
             if i == len(doc) - 1 or length >= target:
+                random_next = len(documents) > 1 and rng.random() < 0.5
+                if not random_next and len(chunk) == 1:
+                    # A one-sentence chunk gets an actual next sentence: the document's next one as B, or, for
+                    # its last sentence, the one before as A. (Google's code forces a random B here, which
+                    # makes random pairs a majority in corpora of short documents.)
+                    if i + 1 < len(doc):
+                        i += 1
+                        chunk.append(doc[i])
+                    elif i > 0:
+                        chunk.insert(0, doc[i - 1])
+                if len(chunk) == 1 and len(documents) > 1:
+                    random_next = True  # a document of one sentence
                 a_end = 1 if len(chunk) < 2 else rng.randint(1, len(chunk) - 1)
                 a = [t for s in chunk[:a_end] for t in s]
-                if len(documents) > 1 and (len(chunk) == 1 or rng.random() < 0.5):
+                if random_next:
                     is_random = True
                     other = index
                     while other == index:

@@ -19,10 +19,14 @@ data="$assets/jargon-128"
 bash "$root/scripts/build.sh" --target hetseq-train hetseq-eval >/dev/null
 
 "$py" "$root/scripts/bert_assets.py" --out "$assets"
-if ! ls "$data"/jargon_train_*.hdf5 >/dev/null 2>&1; then
+# The shards are made again when the preprocessing script changed since they were made.
+recipe="$(sha256sum "$root/scripts/bert_preprocess.py" | cut -c1-16)"
+if [ "$(cat "$data/recipe" 2>/dev/null)" != "$recipe" ]; then
+  rm -rf "$data"
   "$py" "$root/scripts/bert_preprocess.py" --input "$assets/jargon.txt" --vocab "$assets/vocab.txt" \
     --output-dir "$data" --prefix jargon --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 5 \
     --seed 12345
+  echo "$recipe" >"$data/recipe"
 fi
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
