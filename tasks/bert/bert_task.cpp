@@ -1,0 +1,213 @@
+#include "tasks/bert/bert_task.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include <torch/nn/functional/loss.h>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/core/parse.h"
+#include "hetseq/task/task_registry.h"
+#include "tasks/bert/bert_dataset.h"
+#include "tasks/bert/hf_weights.h"
+
+namespace hetseq::bert {
+namespace {
+
+namespace F = torch::nn::functional;
+constexpr double kLn2 = 0.69314718055994530942;
+
+double get(const LogSums& sums, const char* key) {
+  const auto it = sums.find(key);
+  return it == sums.end() ? 0.0 : it->second;
+}
+
+/// Zero, but a function of every parameter, so that backward gives (zero) gradients everywhere.
+torch::Tensor connected_zero(torch::nn::Module& model) {
+  torch::Tensor zero;
+  for (const torch::Tensor& p : model.parameters()) {
+    const torch::Tensor term = p.sum() * 0;
+    zero = zero.defined() ? zero + term : term;
+  }
+  return zero;
+}
+
+}  // namespace
+
+int64_t count_vocab(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("--dict {}: cannot read the vocabulary file", path));
+  int64_t lines = 0;
+  std::string line;
+  while (std::getline(in, line)) ++lines;
+  if (lines == 0) throw InputError(fmt::format("--dict {}: the vocabulary file is empty", path));
+  return lines;
+}
+
+BertTask::BertTask(BertTaskOptions options) : options_(std::move(options)) {
+  if (options_.max_pred_length <= 0) {
+    throw UsageError(fmt::format("--max_pred_length must be positive, got {}", options_.max_pred_length));
+  }
+  if (options_.num_file < 0) throw UsageError(fmt::format("--num_file must be 0 (all) or positive, got {}", options_.num_file));
+  if (!options_.dict.empty()) {
+    const int64_t tokens = count_vocab(options_.dict);
+    if (tokens > options_.config.vocab_size) {
+      throw InputError(fmt::format("--dict {} has {} tokens, more than vocab_size {} of --config_file {}; use the "
+                                   "vocabulary the config was made for",
+                                   options_.dict, tokens, options_.config.vocab_size, options_.config_file));
+    }
+    if (tokens < options_.config.vocab_size) {
+      log::warn("[bert] --dict {} has {} tokens, vocab_size of --config_file is {} (padded vocabulary)", options_.dict,
+                tokens, options_.config.vocab_size);
+    }
+  }
+}
+
+std::shared_ptr<torch::nn::Module> BertTask::build_model() {
+  auto model = BertForPreTraining(options_.config).ptr();
+  if (!options_.init_from.empty()) {
+    const LoadReport report = load_hf_weights(*model, find_weights_file(options_.init_from));
+    log::info("[bert] --init-from {}: {} tensors loaded, {} parameters kept as initialised{}{}, {} file tensors "
+              "ignored",
+              report.file, report.loaded.size(), report.missing.size(), report.missing.empty() ? "" : ": ",
+              fmt::join(report.missing, ", "), report.unexpected.size());
+  }
+  return model;
+}
+
+std::shared_ptr<Dataset> BertTask::load_dataset(const std::string& split) {
+  BertDataOptions data;
+  const std::string flag = split == options_.train_subset ? "--train-subset" : "--valid-subset";
+  data.files = find_shards(options_.data, split, options_.num_file, flag);
+  data.vocab_size = options_.config.vocab_size;
+  data.type_vocab_size = options_.config.type_vocab_size;
+  data.max_position_embeddings = options_.config.max_position_embeddings;
+  data.max_pred_length = options_.max_pred_length;
+  auto dataset = std::make_shared<BertDataset>(std::move(data));
+  log::info("[bert] split '{}': {} sequences of {} tokens in {} shard(s) from {}", split, dataset->size(),
+            dataset->seq_length(), dataset->shards().size(), options_.data);
+  return dataset;
+}
+
+StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) {
+  auto* net = dynamic_cast<BertForPreTrainingImpl*>(&model);
+  HETSEQ_ASSERT(net != nullptr, "the bert task got a model that is not a BertForPreTraining ({})", model.name());
+  StepOutput out;
+  const double n = static_cast<double>(batch.num_samples);
+  out.sample_size = n;
+  out.log = {{"nsentences", n}, {"sample_size", n}};
+  if (batch.empty()) {
+    out.loss = connected_zero(model);
+    for (const char* key : {"loss", "nll_loss", "ntokens", "mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct"}) {
+      out.log[key] = 0;
+    }
+    return out;
+  }
+  // See Note [BERT loss and sample size].
+  const torch::Tensor& labels = batch.at("masked_lm_labels");  // [B, S]
+  const int64_t b = labels.size(0), s = labels.size(1);
+  const torch::Tensor flat_labels = labels.reshape({-1});
+  const torch::Tensor masked = flat_labels.ne(-1).nonzero().squeeze(1);  // [M] flat positions
+  const torch::Tensor targets = flat_labels.index_select(0, masked);    // [M]
+  const torch::Tensor sequence_of = masked.div(s, "floor");              // [M]
+  const BertPreTrainingOutput pred =
+      net->forward(batch.at("input_ids"), batch.at("segment_ids"), batch.at("input_mask"), masked);
+
+  const auto float_options = pred.mlm_logits.options().dtype(torch::kFloat32);
+  const torch::Tensor token_loss = F::cross_entropy(pred.mlm_logits.to(torch::kFloat32), targets,
+                                                    F::CrossEntropyFuncOptions().reduction(torch::kNone));  // [M]
+  const torch::Tensor per_sequence_sum = torch::zeros({b}, float_options).index_add(0, sequence_of, token_loss);
+  const torch::Tensor per_sequence_count =
+      torch::zeros({b}, float_options).index_add(0, sequence_of, torch::ones_like(token_loss));
+  const torch::Tensor mlm = (per_sequence_sum / per_sequence_count.clamp_min(1)).sum();
+  const torch::Tensor& nsp_labels = batch.at("next_sentence_labels");
+  const torch::Tensor nsp = F::cross_entropy(pred.nsp_logits.to(torch::kFloat32), nsp_labels,
+                                             F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  out.loss = mlm + nsp;
+
+  torch::NoGradGuard no_grad;
+  out.log["loss"] = out.loss.item<double>();
+  out.log["mlm_loss_sum"] = mlm.item<double>();
+  out.log["nsp_loss_sum"] = nsp.item<double>();
+  out.log["nll_loss"] = token_loss.sum().item<double>();
+  out.log["ntokens"] = static_cast<double>(masked.size(0));
+  out.log["mlm_correct"] = static_cast<double>(pred.mlm_logits.argmax(1).eq(targets).sum().item<int64_t>());
+  out.log["nsp_correct"] = static_cast<double>(pred.nsp_logits.argmax(1).eq(nsp_labels).sum().item<int64_t>());
+  return out;
+}
+
+std::map<std::string, double> BertTask::derived_metrics(const LogSums& sums) const {
+  std::map<std::string, double> metrics;
+  const double sentences = get(sums, "nsentences");
+  const double tokens = get(sums, "ntokens");
+  if (sentences > 0) {
+    metrics["mlm_loss"] = get(sums, "mlm_loss_sum") / sentences / kLn2;
+    metrics["nsp_loss"] = get(sums, "nsp_loss_sum") / sentences / kLn2;
+    metrics["nsp_accuracy"] = 100.0 * get(sums, "nsp_correct") / sentences;
+  }
+  if (tokens > 0) metrics["mlm_accuracy"] = 100.0 * get(sums, "mlm_correct") / tokens;
+  return metrics;
+}
+
+namespace {
+
+/// The value of a general flag, or `fallback` when this program has no such flag or it was not given.
+std::string string_or(const cxxopts::ParseResult& args, const std::string& name, const std::string& fallback) {
+  try {
+    const cxxopts::OptionValue& value = args[name];  // throws when this program has no such flag
+    // as() on a flag without a value must not be reached: cxxopts's error for it reads freed memory.
+    return value.count() > 0 || value.has_default() ? value.as<std::string>() : fallback;
+  } catch (const cxxopts::exceptions::exception&) {
+    return fallback;
+  }
+}
+
+TaskSpec make_bert_spec() {
+  TaskSpec spec;
+  spec.name = "bert";
+  spec.description = "BERT pretraining (masked LM + next sentence) on HetSeq's HDF5 shards";
+  spec.add_options = [](cxxopts::Options& options) {
+    options.add_options("BERT task")
+        ("config_file", "BERT config (Google's bert_config.json keys), e.g. configs/bert-base-uncased.json",
+         cxxopts::value<std::string>()->default_value(""), "FILE")
+        ("dict", "the vocabulary (vocab.txt, one token a line), checked against the config's vocab_size",
+         cxxopts::value<std::string>()->default_value(""), "FILE")
+        ("max_pred_length", "at most this many masked positions of a sequence are used",
+         cxxopts::value<std::string>()->default_value("512"), "N")
+        ("num_file", "use only the first N shards of each split (0: all)", cxxopts::value<std::string>()->default_value("0"),
+         "N")
+        ("init-from", "start from pretrained BERT weights in Hugging Face's layout (a directory with "
+         "model.safetensors or pytorch_model.bin, or the file)",
+         cxxopts::value<std::string>()->default_value(""), "PATH");
+  };
+  spec.defaults = {{"valid-subset", "test"}};
+  spec.create = [](const cxxopts::ParseResult& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
+    BertTaskOptions o;
+    o.data = string_or(args, "data", "");
+    o.train_subset = string_or(args, "train-subset", "train");
+    o.config_file = args["config_file"].as<std::string>();
+    if (o.config_file.empty()) {
+      throw UsageError("--config_file is required for --task bert: a bert_config.json, e.g. configs/bert-base-uncased.json");
+    }
+    o.dict = args["dict"].as<std::string>();
+    o.max_pred_length = parse_int("--max_pred_length", args["max_pred_length"].as<std::string>());
+    o.num_file = parse_int("--num_file", args["num_file"].as<std::string>());
+    o.init_from = args["init-from"].as<std::string>();
+    o.config = read_bert_config(o.config_file);
+    if (o.data.empty()) {
+      throw UsageError("--data is required for --task bert: an HDF5 shard or a directory of shards");
+    }
+    return std::make_unique<BertTask>(std::move(o));
+  };
+  return spec;
+}
+
+}  // namespace
+
+HETSEQ_REGISTER_TASK(bert, make_bert_spec);
+
+}  // namespace hetseq::bert

@@ -1,0 +1,121 @@
+// hetseq-train --task bert as a user runs it: real processes on HDF5 shards written here.
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "bert/shard_writer.h"
+#include "support/subprocess.h"
+
+using namespace hetseq::test;
+
+namespace {
+
+const std::string kTinyConfig = std::string(HETSEQ_SOURCE_DIR) + "/configs/bert-tiny.json";
+
+ProcessResult train(std::vector<std::string> args) {
+  args.insert(args.begin(), binary_path("hetseq-train"));
+  return run_process(args, std::chrono::seconds(300));
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line);
+    if (j["tag"] == tag) lines.push_back(j);
+  }
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("hetseq-train --task bert trains tiny BERT on 2 CPU workers and validates", "[bert][cli]") {
+  TempDir dir;
+  write_shard(dir / "toy_train_0.hdf5", make_shard(48, 16, 4));
+  write_shard(dir / "toy_train_1.hdf5", make_shard(24, 16, 4));  // 72 sequences: 3 updates of 24 an epoch
+  // 24 test sequences: both ranks get some (with --fast-stat-sync every rank must report the same names).
+  write_shard(dir / "toy_test_0.hdf5", make_shard(24, 16, 4));
+  const auto r = train({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                        "--distributed-world-size", "2", "--distributed-gpus", "2", "--distributed-init-method",
+                        "tcp://127.0.0.1:0", "--max-sentences", "8,4", "--update-freq", "2", "--optimizer", "adam",
+                        "--lr", "0.002", "--warmup-updates", "2", "--total-num-update", "40", "--max-update", "24",
+                        "--weight-decay", "0.01", "--fast-stat-sync", "--valid-subset", "test", "--num-workers", "2",
+                        "--log-format", "json", "--log-interval", "4", "--save-dir", dir / "save"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto steps = json_lines(r.out, "train_epoch");
+  const auto valid = json_lines(r.out, "valid");
+  REQUIRE(steps.size() == 8);
+  CHECK(steps.back()["num_updates"] == 24);
+  CHECK(steps.back()["bsz"] == 24);  // (8 + 4) sequences x update-freq 2
+  CHECK(steps.back()["loss"].get<double>() < 0.6 * steps.front()["loss"].get<double>());
+  for (const char* key : {"mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "ppl"}) CHECK(steps.back().contains(key));
+  REQUIRE(!valid.empty());
+  CHECK(valid.back()["subset"] == "test");
+  CHECK(valid.back().contains("mlm_accuracy"));
+}
+
+TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the file and the dataset", "[bert][cli]") {
+  TempDir dir;
+  auto shard = make_shard(8, 16, 4);
+  shard.erase("masked_lm_ids");
+  write_shard(dir / "toy_train_0.hdf5", shard);
+  write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));
+  const auto r = train({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                        "--max-sentences", "4", "--max-update", "2", "--save-dir", dir / "save"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("toy_train_0.hdf5") && Catch::Contains("'masked_lm_ids' is missing"));
+  const auto missing_config = train({"--task", "bert", "--data", dir.path(), "--max-sentences", "4"});
+  CHECK(missing_config.exit_code == 2);
+  CHECK_THAT(missing_config.err, Catch::Contains("--config_file"));
+  TempDir good;
+  write_shard(good / "toy_train_0.hdf5", make_shard(8, 16, 4));
+  const auto no_split = train({"--task", "bert", "--data", good.path(), "--config_file", kTinyConfig, "--cpu",
+                               "--max-sentences", "4", "--valid-subset", "valid", "--save-dir", dir / "save"});
+  CHECK(no_split.exit_code == 1);
+  CHECK_THAT(no_split.err, Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
+}
+
+TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights, and rejects mismatched ones", "[bert][cli]") {
+  TempDir dir;
+  write_shard(dir / "toy_train_0.hdf5", make_shard(8, 16, 4));
+  write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));
+  // A 1-layer encoder-only checkpoint matching configs/bert-tiny.json except for its number of layers.
+  std::map<std::string, torch::Tensor> weights{
+      {"embeddings.word_embeddings.weight", torch::full({30522, 128}, 0.01)},
+      {"embeddings.position_embeddings.weight", torch::zeros({512, 128})},
+      {"embeddings.token_type_embeddings.weight", torch::zeros({2, 128})},
+      {"embeddings.LayerNorm.weight", torch::ones({128})},
+      {"embeddings.LayerNorm.bias", torch::zeros({128})}};
+  std::filesystem::create_directories(dir / "hf");
+  write_safetensors(dir / "hf/model.safetensors", weights);
+  const std::vector<std::string> base{"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                                      "--max-sentences", "4", "--max-update", "1", "--no-save", "--init-from"};
+  auto with = [&](const std::string& path) {
+    auto args = base;
+    args.push_back(path);
+    return args;
+  };
+  const auto ok = train(with(dir / "hf"));
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.err, Catch::Contains("--init-from") && Catch::Contains("5 tensors loaded"));
+
+  weights["embeddings.position_embeddings.weight"] = torch::zeros({128, 128});
+  write_safetensors(dir / "hf/model.safetensors", weights);
+  const auto bad = train(with(dir / "hf"));
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("model.safetensors") && Catch::Contains("embeddings.position_embeddings.weight"));
+  const auto missing = train(with(dir / "nowhere"));
+  CHECK(missing.exit_code == 1);
+  CHECK_THAT(missing.err, Catch::Contains("--init-from") && Catch::Contains("nowhere"));
+}

@@ -1,0 +1,205 @@
+// BERT's HDF5 shards: finding a split's shards, reading rows into batches with HetSeq's labels, and a clear error
+// naming the file and the dataset for each kind of malformed shard.
+
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "bert/shard_writer.h"
+#include "hetseq/core/error.h"
+#include "support/temp_dir.h"
+#include "tasks/bert/bert_dataset.h"
+#include "tasks/bert/bert_shard.h"
+
+using hetseq::InputError;
+using hetseq::bert::BertDataOptions;
+using hetseq::bert::BertDataset;
+using hetseq::test::make_shard;
+using hetseq::test::TempDir;
+using hetseq::test::write_shard;
+
+namespace {
+
+BertDataOptions options_for(const std::vector<std::string>& files) {
+  BertDataOptions o;
+  o.files = files;
+  o.vocab_size = 30522;
+  o.type_vocab_size = 2;
+  o.max_position_embeddings = 64;
+  return o;
+}
+
+/// The message of the InputError that loading `file` as a split and reading all its rows throws.
+std::string load_error(const std::string& file) {
+  try {
+    BertDataset data(options_for({file}));
+    std::vector<int64_t> all(static_cast<size_t>(data.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    data.collate(all);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError for " << file);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a split's shards are the files whose names contain it, sorted, the first --num_file", "[bert][data]") {
+  TempDir dir;
+  for (const char* name : {"wiki_train_2.hdf5", "wiki_train_0.hdf5", "wiki_test_0.hdf5", "wiki_train_1.hdf5"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  using hetseq::bert::find_shards;
+  CHECK(find_shards(dir.path(), "train", 0, "--train-subset") ==
+        std::vector<std::string>{dir / "wiki_train_0.hdf5", dir / "wiki_train_1.hdf5", dir / "wiki_train_2.hdf5"});
+  CHECK(find_shards(dir.path(), "train", 2, "--train-subset") ==
+        std::vector<std::string>{dir / "wiki_train_0.hdf5", dir / "wiki_train_1.hdf5"});
+  CHECK(find_shards(dir.path(), "test", 0, "--valid-subset") == std::vector<std::string>{dir / "wiki_test_0.hdf5"});
+  CHECK(find_shards(dir / "wiki_test_0.hdf5", "train", 0, "--train-subset") ==
+        std::vector<std::string>{dir / "wiki_test_0.hdf5"});
+  CHECK_THROWS_WITH(find_shards(dir.path(), "valid", 0, "--valid-subset"),
+                    Catch::Contains("--data") && Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
+  CHECK_THROWS_WITH(find_shards(dir / "nowhere", "train", 0, "--train-subset"), Catch::Contains("nowhere"));
+}
+
+TEST_CASE("BERT batches hold the rows asked for, in order, across shards, with HetSeq's MLM labels", "[bert][data]") {
+  TempDir dir;
+  write_shard(dir / "a_train.hdf5", make_shard(5, 16, 4));
+  write_shard(dir / "b_train.hdf5", make_shard(3, 16, 4));
+  BertDataOptions o = options_for({dir / "a_train.hdf5", dir / "b_train.hdf5"});
+  o.open_files = 1;  // every switch of shard reopens a file
+  BertDataset data(o);
+  REQUIRE(data.size() == 8);
+  CHECK(data.seq_length() == 16);
+
+  const std::vector<int64_t> indices{6, 0, 4, 5, 1, 7};  // shard b row 1, a 0, a 4, b 0, a 1, b 2
+  const hetseq::Batch batch = data.collate(indices);
+  REQUIRE(batch.num_samples == 6);
+  const std::vector<int64_t> rows{1, 0, 4, 0, 1, 2};
+  const torch::Tensor ids = batch.at("input_ids");
+  const torch::Tensor labels = batch.at("masked_lm_labels");
+  REQUIRE(ids.sizes() == torch::IntArrayRef({6, 16}));
+  for (int64_t k = 0; k < 6; ++k) {
+    const int64_t r = rows[static_cast<size_t>(k)];
+    INFO("batch position " << k);
+    CHECK(ids[k][0].item<int64_t>() == 101);
+    CHECK(ids[k][1].item<int64_t>() == 1000 + r);
+    CHECK(labels[k][1].item<int64_t>() == 2000 + r);
+    CHECK(labels[k][2].item<int64_t>() == 2001 + r);
+    CHECK(labels[k].ne(-1).sum().item<int64_t>() == 2);
+    CHECK(batch.at("next_sentence_labels")[k].item<int64_t>() == r % 2);
+    CHECK(batch.at("input_mask")[k].sum().item<int64_t>() == 12);
+    CHECK(batch.at("segment_ids")[k].sum().item<int64_t>() == 6);
+  }
+  CHECK(batch.at("input_ids").scalar_type() == torch::kInt64);
+
+  SECTION("--max_pred_length keeps only the first masked positions") {
+    o.max_pred_length = 1;
+    BertDataset limited(o);
+    const hetseq::Batch b = limited.collate({0, 7});
+    CHECK(b.at("masked_lm_labels")[0].ne(-1).sum().item<int64_t>() == 1);
+    CHECK(b.at("masked_lm_labels")[1][1].item<int64_t>() == 2002);
+  }
+  SECTION("an empty batch") {
+    const hetseq::Batch empty = data.collate({});
+    CHECK(empty.empty());
+    CHECK(empty.at("input_ids").size(0) == 0);
+  }
+}
+
+TEST_CASE("each kind of malformed BERT shard is an error naming the file and the dataset", "[bert][data]") {
+  TempDir dir;
+  const std::string file = dir / "shard_train.hdf5";
+  auto shard = make_shard(4, 16, 4);
+
+  SECTION("not an HDF5 file") {
+    std::ofstream(file) << "plain text, not HDF5";
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("not an HDF5 file"));
+  }
+  SECTION("a missing dataset") {
+    for (const std::string& name : hetseq::bert::shard_dataset_names()) {
+      auto broken = shard;
+      broken.erase(name);
+      write_shard(file, broken);
+      INFO(name);
+      CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'" + name + "' is missing"));
+    }
+  }
+  SECTION("a dataset of the wrong shape") {
+    shard["input_mask"] = hetseq::test::ShardArray{{4, 12}, std::vector<int64_t>(48, 1)};
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'input_mask' has shape [4, 12]"));
+    shard = make_shard(4, 16, 4);
+    shard["next_sentence_labels"] = hetseq::test::ShardArray{{3}, {0, 1, 0}};
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'next_sentence_labels' has shape [3]"));
+    shard = make_shard(4, 16, 4);
+    shard["input_ids"].shape = {64};
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'input_ids' has shape [64]"));
+  }
+  SECTION("a dataset of floats") {
+    shard["segment_ids"].as_float = true;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'segment_ids' holds float values"));
+  }
+  SECTION("ids outside the vocabulary") {
+    shard["input_ids"].values[16 * 2 + 3] = 30522;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'input_ids' row 2 holds 30522") &&
+                                     Catch::Contains("vocab_size 30522"));
+    shard = make_shard(4, 16, 4);
+    shard["masked_lm_ids"].values[1] = -5;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'masked_lm_ids' row 0 holds -5"));
+  }
+  SECTION("other values out of range") {
+    shard["segment_ids"].values[5] = 2;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains("'segment_ids' row 0 holds 2") && Catch::Contains("type_vocab_size"));
+    shard = make_shard(4, 16, 4);
+    shard["masked_lm_positions"].values[4 + 1] = 16;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains("'masked_lm_positions' row 1 holds 16"));
+    shard = make_shard(4, 16, 4);
+    shard["next_sentence_labels"].values[3] = 7;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains("'next_sentence_labels' row 3 holds 7"));
+  }
+  SECTION("sequences longer than the model's positions") {
+    write_shard(file, make_shard(2, 80, 4));
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("max_position_embeddings is 64"));
+  }
+  SECTION("shards of one split with different sequence lengths") {
+    write_shard(file, shard);
+    write_shard(dir / "other_train.hdf5", make_shard(2, 32, 4));
+    CHECK_THROWS_WITH(BertDataset(options_for({file, dir / "other_train.hdf5"})),
+                      Catch::Contains("other_train.hdf5") && Catch::Contains("must share max_seq_length"));
+  }
+}
+
+TEST_CASE("BERT batches can be built from several threads at once", "[bert][data]") {
+  TempDir dir;
+  write_shard(dir / "a_train.hdf5", make_shard(40, 16, 4));
+  write_shard(dir / "b_train.hdf5", make_shard(40, 16, 4));
+  BertDataOptions o = options_for({dir / "a_train.hdf5", dir / "b_train.hdf5"});
+  o.open_files = 1;
+  BertDataset data(o);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        const int64_t a = (t * 7 + round) % 40, b = 40 + (t * 3 + round * 5) % 40;
+        const hetseq::Batch batch = data.collate({b, a});
+        if (batch.at("input_ids")[0][1].item<int64_t>() != 1000 + (b - 40)) ++wrong;
+        if (batch.at("input_ids")[1][1].item<int64_t>() != 1000 + a) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
+}

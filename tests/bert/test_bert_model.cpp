@@ -1,0 +1,167 @@
+// BertModel and BertForPreTraining: parameter names and counts, initialisation, the tied decoder, and the fused
+// attention against BERT's formula written out here from the named parameters.
+
+#include <cmath>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "tasks/bert/bert_config.h"
+#include "tasks/bert/bert_model.h"
+
+using hetseq::bert::BertConfig;
+using hetseq::bert::BertForPreTraining;
+using hetseq::bert::BertModel;
+
+namespace {
+
+const std::string kConfigs = std::string(HETSEQ_SOURCE_DIR) + "/configs/";
+
+BertConfig small_config() {
+  BertConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 12;
+  return c;
+}
+
+/// BERT's encoder written out with an explicit softmax and an additive mask, from parameters named as Google's.
+torch::Tensor reference_encoder(torch::OrderedDict<std::string, torch::Tensor>& p, const BertConfig& c,
+                                const torch::Tensor& ids, const torch::Tensor& types, const torch::Tensor& mask,
+                                const std::string& prefix) {
+  auto w = [&](const std::string& name) { return p[prefix + name]; };
+  auto ln = [&](const torch::Tensor& x, const std::string& name) {
+    return torch::layer_norm(x, {c.hidden_size}, w(name + ".weight"), w(name + ".bias"), 1e-12);
+  };
+  auto linear = [&](const torch::Tensor& x, const std::string& name) {
+    return torch::matmul(x, w(name + ".weight").t()) + w(name + ".bias");
+  };
+  const int64_t b = ids.size(0), s = ids.size(1), h = c.num_attention_heads, d = c.head_size();
+  torch::Tensor x = w("embeddings.word_embeddings.weight").index_select(0, ids.reshape(-1)).view({b, s, -1}) +
+                    w("embeddings.position_embeddings.weight").slice(0, 0, s).unsqueeze(0) +
+                    w("embeddings.token_type_embeddings.weight").index_select(0, types.reshape(-1)).view({b, s, -1});
+  x = ln(x, "embeddings.LayerNorm");
+  const torch::Tensor additive = (1.0 - mask.to(torch::kFloat32)).view({b, 1, 1, s}) * -10000.0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string L = "encoder.layer." + std::to_string(l) + ".";
+    auto heads = [&](const torch::Tensor& t) { return t.view({b, s, h, d}).permute({0, 2, 1, 3}); };
+    const torch::Tensor q = heads(linear(x, L + "attention.self.query"));
+    const torch::Tensor k = heads(linear(x, L + "attention.self.key"));
+    const torch::Tensor v = heads(linear(x, L + "attention.self.value"));
+    const torch::Tensor scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(d)) + additive;
+    const torch::Tensor context = torch::matmul(torch::softmax(scores, -1), v).permute({0, 2, 1, 3}).reshape({b, s, -1});
+    const torch::Tensor a = ln(linear(context, L + "attention.output.dense") + x, L + "attention.output.LayerNorm");
+    const torch::Tensor inner = torch::gelu(linear(a, L + "intermediate.dense"));
+    x = ln(linear(inner, L + "output.dense") + a, L + "output.LayerNorm");
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("BertForPreTraining has Google's parameter names and bert-base's parameter count", "[bert][model]") {
+  const BertConfig base = hetseq::bert::read_bert_config(kConfigs + "bert-base-uncased.json");
+  BertForPreTraining model(base);
+  const auto params = model->named_parameters();
+  for (const char* name : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+                           "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+                           "bert.encoder.layer.0.attention.self.query.weight",
+                           "bert.encoder.layer.11.attention.output.LayerNorm.bias",
+                           "bert.encoder.layer.5.intermediate.dense.weight", "bert.encoder.layer.5.output.dense.bias",
+                           "bert.pooler.dense.weight", "cls.predictions.transform.dense.weight",
+                           "cls.predictions.transform.LayerNorm.weight", "cls.predictions.bias",
+                           "cls.seq_relationship.weight"}) {
+    INFO(name);
+    CHECK(params.contains(name));
+  }
+  int64_t count = 0;
+  for (const auto& p : params) count += p.value().numel();
+  CHECK(count == 110106428);  // Hugging Face's BertForPreTraining(bert-base-uncased): the decoder is tied
+}
+
+TEST_CASE("BERT's initialisation: normal(0, initializer_range) weights, zero biases, unit LayerNorm", "[bert][model]") {
+  torch::manual_seed(3);
+  BertConfig c = small_config();
+  c.vocab_size = 2000;
+  c.hidden_size = 64;
+  c.initializer_range = 0.05;
+  BertForPreTraining model(c);
+  auto p = model->named_parameters();
+  const torch::Tensor words = p["bert.embeddings.word_embeddings.weight"];
+  CHECK(words.std().item<double>() == Approx(0.05).epsilon(0.02));
+  CHECK(std::abs(words.mean().item<double>()) < 0.002);
+  CHECK(p["bert.encoder.layer.0.attention.self.query.weight"].std().item<double>() == Approx(0.05).epsilon(0.1));
+  CHECK(p["bert.encoder.layer.1.output.dense.bias"].abs().max().item<double>() == 0.0);
+  CHECK(p["cls.predictions.bias"].abs().max().item<double>() == 0.0);
+  CHECK((p["bert.encoder.layer.1.output.LayerNorm.weight"] == 1).all().item<bool>());
+  CHECK(p["cls.predictions.transform.LayerNorm.bias"].abs().max().item<double>() == 0.0);
+}
+
+TEST_CASE("the fused attention gives BERT's encoder output, padding included", "[bert][model]") {
+  torch::manual_seed(5);
+  const BertConfig c = small_config();
+  BertForPreTraining model(c);
+  model->eval();
+  const torch::Tensor ids = torch::randint(0, c.vocab_size, {3, 10}, torch::kInt64);
+  const torch::Tensor types = torch::randint(0, 2, {3, 10}, torch::kInt64);
+  torch::Tensor mask = torch::ones({3, 10}, torch::kInt64);
+  mask.index_put_({1, torch::indexing::Slice(6)}, 0);
+  mask.index_put_({2, torch::indexing::Slice(2)}, 0);
+  torch::NoGradGuard no_grad;
+  const auto ours = model->bert->forward(ids, types, mask);
+  auto params = model->named_parameters();
+  const torch::Tensor expected = reference_encoder(params, c, ids, types, mask, "bert.");
+  CHECK((ours.sequence - expected).abs().max().item<double>() < 1e-5);
+  const torch::Tensor pooled = torch::tanh(torch::matmul(expected.select(1, 0), params["bert.pooler.dense.weight"].t()) +
+                                           params["bert.pooler.dense.bias"]);
+  CHECK((ours.pooled - pooled).abs().max().item<double>() < 1e-5);
+  // Without a mask the same as an all-ones mask.
+  const auto unmasked = model->bert->forward(ids, types);
+  const auto ones = model->bert->forward(ids, types, torch::ones({3, 10}, torch::kInt64));
+  CHECK((unmasked.sequence - ones.sequence).abs().max().item<double>() < 1e-6);
+}
+
+TEST_CASE("the MLM decoder is tied to the word embeddings and evaluated only at the given positions", "[bert][model]") {
+  torch::manual_seed(7);
+  const BertConfig c = small_config();
+  BertForPreTraining model(c);
+  model->eval();
+  const torch::Tensor ids = torch::randint(0, c.vocab_size, {2, 8}, torch::kInt64);
+  const torch::Tensor types = torch::zeros({2, 8}, torch::kInt64);
+  const torch::Tensor mask = torch::ones({2, 8}, torch::kInt64);
+  const torch::Tensor positions = torch::tensor({1, 3, 12}, torch::kInt64);  // (0, 1), (0, 3), (1, 4)
+  const auto out = model->forward(ids, types, mask, positions);
+  REQUIRE(out.mlm_logits.sizes() == torch::IntArrayRef({3, c.vocab_size}));
+  REQUIRE(out.nsp_logits.sizes() == torch::IntArrayRef({2, 2}));
+  out.mlm_logits.sum().backward();
+  auto p = model->named_parameters();
+  CHECK_FALSE(p.contains("cls.predictions.decoder.weight"));
+  // The decoder's gradient reaches the word embedding rows of every vocabulary entry, not only the input ids.
+  const torch::Tensor grad = p["bert.embeddings.word_embeddings.weight"].grad();
+  REQUIRE(grad.defined());
+  CHECK((grad.abs().sum(1) > 0).all().item<bool>());
+}
+
+TEST_CASE("dropout is active in training mode only", "[bert][model]") {
+  torch::manual_seed(11);
+  BertConfig c = small_config();
+  c.hidden_dropout_prob = 0.5;
+  c.attention_probs_dropout_prob = 0.5;
+  BertModel model(c);
+  hetseq::bert::init_bert_weights(*model, c.initializer_range);
+  const torch::Tensor ids = torch::randint(0, c.vocab_size, {2, 8}, torch::kInt64);
+  const torch::Tensor types = torch::zeros({2, 8}, torch::kInt64);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto a = model->forward(ids, types).sequence;
+  const auto b = model->forward(ids, types).sequence;
+  CHECK(torch::equal(a, b));
+  model->train();
+  const auto d = model->forward(ids, types).sequence;
+  const auto e = model->forward(ids, types).sequence;
+  CHECK_FALSE(torch::equal(d, e));
+}

@@ -1,0 +1,246 @@
+// The bert task: registration and flags, the loss and its sample size, the empty batch, learning on a tiny
+// shard, the --dict check, and loading weights in Hugging Face's layout (--init-from).
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "bert/shard_writer.h"
+#include "hetseq/core/error.h"
+#include "hetseq/task/task_registry.h"
+#include "support/temp_dir.h"
+#include "tasks/bert/bert_config.h"
+#include "tasks/bert/bert_model.h"
+#include "tasks/bert/bert_task.h"
+#include "tasks/bert/hf_weights.h"
+
+using hetseq::bert::BertConfig;
+using hetseq::bert::BertForPreTrainingImpl;
+using hetseq::test::TempDir;
+
+namespace {
+
+const std::string kTinyConfig = std::string(HETSEQ_SOURCE_DIR) + "/configs/bert-tiny.json";
+
+cxxopts::ParseResult parse_command_line(std::vector<std::string> args) {
+  const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("bert");
+  cxxopts::Options options("hetseq-train", "bert task test");
+  options.add_options()("data", "data", cxxopts::value<std::string>())(
+      "train-subset", "train split", cxxopts::value<std::string>()->default_value("train"));
+  spec.add_options(options);
+  args.insert(args.begin(), "hetseq-train");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return options.parse(static_cast<int>(argv.size()), argv.data());
+}
+
+std::unique_ptr<hetseq::Task> make_task(const std::vector<std::string>& args) {
+  return hetseq::TaskRegistry::global().get("bert").create(parse_command_line(args), hetseq::TaskContext{});
+}
+
+/// A data directory with a train shard of 24 and a test shard of 8 sequences.
+struct TinyData {
+  TempDir dir;
+  TinyData() {
+    hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(24, 16, 4));
+    hetseq::test::write_shard(dir / "tiny_test_0.hdf5", hetseq::test::make_shard(8, 16, 4));
+  }
+};
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the bert task is registered with HetSeq's flags", "[bert][task]") {
+  const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("bert");
+  CHECK(spec.defaults.at("valid-subset") == "test");
+  cxxopts::Options options("hetseq-train");
+  spec.add_options(options);
+  const std::string help = options.help({"BERT task"});
+  for (const char* flag : {"--config_file", "--dict", "--max_pred_length", "--num_file", "--init-from"}) {
+    CHECK_THAT(help, Catch::Contains(flag));
+  }
+  TinyData data;
+  CHECK_THROWS_AS(make_task({"--data", data.dir.path()}), hetseq::UsageError);  // no --config_file
+  CHECK_THROWS_AS(make_task({"--config_file", kTinyConfig}), hetseq::UsageError);  // no --data
+  CHECK_THROWS_WITH(make_task({"--data", data.dir.path(), "--config_file", kTinyConfig, "--max_pred_length", "0"}),
+                    Catch::Contains("--max_pred_length"));
+  CHECK_THROWS_WITH(make_task({"--data", data.dir.path(), "--config_file", data.dir / "none.json"}),
+                    Catch::Contains("--config_file") && Catch::Contains("none.json"));
+}
+
+TEST_CASE("bert: --dict is checked against the config's vocab_size", "[bert][task]") {
+  TinyData data;
+  auto write_vocab = [&](int64_t n) {
+    std::ofstream out(data.dir / "vocab.txt");
+    for (int64_t i = 0; i < n; ++i) out << "tok" << i << "\n";
+    return data.dir / "vocab.txt";
+  };
+  const std::vector<std::string> base{"--data", data.dir.path(), "--config_file", kTinyConfig, "--dict"};
+  auto with = [&](const std::string& dict) {
+    auto args = base;
+    args.push_back(dict);
+    return args;
+  };
+  CHECK_NOTHROW(make_task(with(write_vocab(30522))));
+  CHECK_NOTHROW(make_task(with(write_vocab(30000))));  // padded vocabulary: a warning
+  CHECK_THROWS_WITH(make_task(with(write_vocab(30600))),
+                    Catch::Contains("--dict") && Catch::Contains("30600 tokens") && Catch::Contains("vocab_size 30522"));
+  CHECK_THROWS_WITH(make_task(with(data.dir / "missing.txt")), Catch::Contains("--dict") && Catch::Contains("missing.txt"));
+}
+
+TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP, summed over sequences", "[bert][task]") {
+  TinyData data;
+  auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
+  torch::manual_seed(1);
+  auto model = task->build_model();
+  model->eval();
+  auto dataset = task->load_dataset("train");
+  REQUIRE(dataset->size() == 24);
+  hetseq::Batch batch = dataset->collate({0, 1, 2, 3});
+  // Give sequence 3 a third masked token, so that per-sequence means differ from a token mean.
+  batch.fields["masked_lm_labels"][3][5] = 77;
+  const hetseq::StepOutput out = task->valid_step(*model, batch);
+  CHECK(out.sample_size == 4);
+  CHECK(out.log.at("nsentences") == 4);
+  CHECK(out.log.at("ntokens") == 9);
+
+  auto& net = dynamic_cast<BertForPreTrainingImpl&>(*model);
+  torch::NoGradGuard no_grad;
+  const auto enc = net.bert->forward(batch.at("input_ids"), batch.at("segment_ids"), batch.at("input_mask"));
+  auto p = net.named_parameters();
+  double expected = 0, nll = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const torch::Tensor labels = batch.at("masked_lm_labels")[i];
+    const torch::Tensor where = labels.ne(-1).nonzero().squeeze(1);
+    const torch::Tensor h = enc.sequence[i].index_select(0, where);
+    torch::Tensor t = torch::matmul(h, p["cls.predictions.transform.dense.weight"].t()) + p["cls.predictions.transform.dense.bias"];
+    t = torch::layer_norm(torch::gelu(t), {128}, p["cls.predictions.transform.LayerNorm.weight"],
+                          p["cls.predictions.transform.LayerNorm.bias"], 1e-12);
+    const torch::Tensor logits = torch::matmul(t, p["bert.embeddings.word_embeddings.weight"].t()) + p["cls.predictions.bias"];
+    const torch::Tensor ce = torch::nn::functional::cross_entropy(
+        logits, labels.index_select(0, where), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    nll += ce.sum().item<double>();
+    const torch::Tensor nsp_logits =
+        torch::matmul(enc.pooled[i], p["cls.seq_relationship.weight"].t()) + p["cls.seq_relationship.bias"];
+    const double nsp = -torch::log_softmax(nsp_logits, 0)[batch.at("next_sentence_labels")[i].item<int64_t>()].item<double>();
+    expected += ce.mean().item<double>() + nsp;
+  }
+  CHECK(out.loss.item<double>() == Approx(expected).epsilon(1e-5));
+  CHECK(out.log.at("loss") == Approx(expected).epsilon(1e-5));
+  CHECK(out.log.at("nll_loss") == Approx(nll).epsilon(1e-5));
+  const auto metrics = task->derived_metrics(out.log);
+  CHECK(metrics.at("mlm_loss") + metrics.at("nsp_loss") == Approx(expected / 4 / std::log(2.0)).epsilon(1e-6));
+  CHECK(metrics.count("mlm_accuracy") == 1);
+  CHECK(metrics.count("nsp_accuracy") == 1);
+}
+
+TEST_CASE("bert: an empty batch gives a zero loss with a zero gradient for every parameter", "[bert][task]") {
+  TinyData data;
+  auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
+  auto model = task->build_model();
+  auto dataset = task->load_dataset("test");
+  const hetseq::StepOutput out = task->train_step(*model, dataset->collate({}));
+  CHECK(out.sample_size == 0);
+  CHECK(out.loss.item<double>() == 0.0);
+  for (const auto& p : model->named_parameters()) {
+    INFO(p.key());
+    REQUIRE(p.value().grad().defined());
+    CHECK(p.value().grad().abs().max().item<double>() == 0.0);
+  }
+}
+
+TEST_CASE("bert: a tiny BERT learns a small shard", "[bert][task]") {
+  TinyData data;
+  auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
+  torch::manual_seed(2);
+  auto model = task->build_model();
+  auto dataset = task->load_dataset("train");
+  const hetseq::Batch batch = dataset->collate(iota(24));
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    adam.zero_grad();
+    const hetseq::StepOutput out = task->train_step(*model, batch);
+    for (auto& p : model->parameters()) p.mutable_grad() /= 24.0;
+    adam.step();
+    if (step == 0) first = out.log.at("loss") / 24;
+    last = out.log.at("loss") / 24;
+  }
+  CHECK(last < first * 0.7);
+}
+
+TEST_CASE("bert: weights in Hugging Face's layout load by name, and wrong shapes name the tensor", "[bert][task][hf]") {
+  TempDir dir;
+  BertConfig c;
+  c.vocab_size = 40;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 24;
+  c.max_position_embeddings = 10;
+  torch::manual_seed(3);
+  hetseq::bert::BertForPreTraining source(c);
+  // An encoder-only checkpoint (Hugging Face's BertModel: no `bert.` prefix, no heads), LayerNorm as gamma/beta in
+  // layer 0 as in checkpoints converted from TensorFlow, and a buffer to skip.
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& p : source->named_parameters()) {
+    std::string name = p.key();
+    if (name.rfind("bert.", 0) != 0) continue;
+    name = name.substr(5);
+    if (name == "encoder.layer.0.output.LayerNorm.weight") name = "encoder.layer.0.output.LayerNorm.gamma";
+    if (name == "encoder.layer.0.output.LayerNorm.bias") name = "encoder.layer.0.output.LayerNorm.beta";
+    tensors[name] = p.value().detach().clone();
+  }
+  tensors["embeddings.position_ids"] = torch::arange(10).to(torch::kFloat32);
+  tensors["classifier.weight"] = torch::zeros({3, 16});
+  hetseq::test::write_safetensors(dir / "model.safetensors", tensors);
+
+  torch::manual_seed(4);
+  hetseq::bert::BertForPreTraining target(c);
+  const auto report = hetseq::bert::load_hf_weights(*target, hetseq::bert::find_weights_file(dir.path()));
+  CHECK(report.file == dir / "model.safetensors");
+  CHECK(report.unexpected == std::vector<std::string>{"classifier.weight"});
+  for (const auto& name : report.missing) CHECK(name.rfind("cls.", 0) == 0);
+  CHECK(report.missing.size() == 7);
+  auto src = source->named_parameters();
+  for (const auto& p : target->named_parameters()) {
+    if (p.key().rfind("bert.", 0) != 0) continue;
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), src[p.key()]));
+  }
+  SECTION("into a bare BertModel, from a pretraining checkpoint") {
+    std::map<std::string, torch::Tensor> full;
+    for (const auto& p : source->named_parameters()) full[p.key()] = p.value().detach().clone();
+    hetseq::test::write_safetensors(dir / "full.safetensors", full);
+    hetseq::bert::BertModel bare(c);
+    const auto r = hetseq::bert::load_hf_weights(*bare, dir / "full.safetensors");
+    CHECK(r.missing.empty());
+    CHECK(r.unexpected.size() == 7);  // the heads
+    CHECK(torch::equal(bare->named_parameters()["pooler.dense.weight"], src["bert.pooler.dense.weight"]));
+  }
+  SECTION("a shape mismatch names the file and the tensor") {
+    tensors["encoder.layer.1.intermediate.dense.weight"] = torch::zeros({30, 16});
+    hetseq::test::write_safetensors(dir / "bad.safetensors", tensors);
+    CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "bad.safetensors"),
+                      Catch::Contains("bad.safetensors") && Catch::Contains("encoder.layer.1.intermediate.dense.weight") &&
+                          Catch::Contains("[30, 16]"));
+  }
+  SECTION("a file that is no BERT checkpoint") {
+    hetseq::test::write_safetensors(dir / "other.safetensors", {{"conv.weight", torch::zeros({2, 2})}});
+    CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "other.safetensors"),
+                      Catch::Contains("other.safetensors") && Catch::Contains("none of its 1 tensors"));
+    std::ofstream(dir / "junk.safetensors") << "junk";
+    CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "junk.safetensors"),
+                      Catch::Contains("junk.safetensors") && Catch::Contains("not a valid safetensors file"));
+  }
+}
