@@ -13,12 +13,14 @@
 #include "hetseq/checkpoint/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/optim/adam.h"
+#include "support/error_message.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using hetseq::Checkpoint;
 using hetseq::test::TempDir;
+using hetseq::test::input_error_of;
 
 namespace {
 
@@ -50,17 +52,6 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   REQUIRE(out.good());
-}
-
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const hetseq::InputError& e) {
-    return e.what();
-  }
-  FAIL("expected a hetseq::InputError");
-  return {};
 }
 
 }  // namespace

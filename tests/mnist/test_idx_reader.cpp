@@ -19,6 +19,7 @@
 #include "hetseq/core/format.h"
 #include "tasks/mnist/idx_reader.h"
 #include "tasks/mnist/mnist_dataset.h"
+#include "support/error_message.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -27,6 +28,7 @@ using hetseq::mnist::read_idx_images;
 using hetseq::mnist::read_idx_labels;
 
 using hetseq::test::TempDir;
+using hetseq::test::input_error_of;
 
 namespace {
 
@@ -70,18 +72,6 @@ std::vector<uint8_t> ramp(size_t count) {
   std::vector<uint8_t> out(count);
   for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint8_t>(i * 7);
   return out;
-}
-
-/// The message of the hetseq::InputError that `f` throws; fails the test when it throws nothing.
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const hetseq::InputError& e) {
-    return e.what();
-  }
-  FAIL("expected a hetseq::InputError");
-  return {};
 }
 
 }  // namespace

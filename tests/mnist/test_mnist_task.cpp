@@ -25,6 +25,7 @@
 #include "tasks/mnist/mnist_dataset.h"
 #include "tasks/mnist/mnist_model.h"
 #include "tasks/mnist/mnist_task.h"
+#include "support/error_message.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -33,6 +34,8 @@ using hetseq::mnist::MnistNetImpl;
 using hetseq::mnist::MnistTask;
 
 using hetseq::test::TempDir;
+
+using hetseq::test::error_of;
 
 namespace {
 
@@ -110,17 +113,6 @@ std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = i;
   return out;
-}
-
-template <typename Error, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("expected the call to throw");
-  return {};
 }
 
 }  // namespace
