@@ -168,6 +168,10 @@ TEST_CASE("each kind of malformed BERT shard is an error naming the file and the
     shard["next_sentence_labels"].values[3] = 7;
     write_shard(file, shard);
     CHECK_THAT(load_error(file), Catch::Contains("'next_sentence_labels' row 3 holds 7"));
+    shard = make_shard(4, 16, 4);
+    for (int64_t t = 0; t < 16; ++t) shard["input_mask"].values[16 * 2 + t] = 0;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'input_mask' row 2 starts with 0"));
   }
   SECTION("sequences longer than the model's positions") {
     write_shard(file, make_shard(2, 80, 4));
