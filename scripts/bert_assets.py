@@ -9,7 +9,8 @@
   OUT/jargon.txt                the Jargon File 4.4.7 (Eric S. Raymond, public domain; Debian package jargon-text) as
                                 BERT pretraining text: one sentence per line, a blank line between entries
 
-Idempotent: files already there are kept. Usage: bert_assets.py --out DIR
+Idempotent: files already there are kept; every file appears whole (written aside, then renamed), so several
+runs at once (parallel tests) are safe. Usage: bert_assets.py --out DIR
 """
 import argparse
 import gzip
@@ -42,8 +43,13 @@ def model_zip():
     return path
 
 
+def temporary_name(path):
+    """A name beside `path` of this process's own: concurrent runs (parallel tests) never share one."""
+    return f"{path}.{os.getpid()}.tmp"
+
+
 def write_atomically(path, text):
-    tmp = path + ".tmp"
+    tmp = temporary_name(path)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
@@ -56,7 +62,7 @@ def prepare_model(out):
         os.makedirs(model_dir, exist_ok=True)
         with zipfile.ZipFile(model_zip()) as z:
             for name in wanted:
-                tmp = os.path.join(model_dir, name + ".tmp")
+                tmp = temporary_name(os.path.join(model_dir, name))
                 with z.open(name) as src, open(tmp, "wb") as dst:
                     while True:
                         block = src.read(1 << 20)

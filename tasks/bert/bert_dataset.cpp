@@ -102,6 +102,16 @@ void BertDataset::check_values(size_t shard, const ShardRows& d, const std::vect
   check_range(path, "masked_lm_positions", d.masked_lm_positions, rows, 0, seq_length_,
               fmt::format("positions inside a sequence of {} tokens", seq_length_));
   check_range(path, "next_sentence_labels", d.next_sentence_labels, rows, 0, 2, "0: is next, 1: random");
+  // A row must start with a token ([CLS]): attention over a row with no token at all is undefined (NaN).
+  if (d.input_mask.numel() > 0) {
+    const torch::Tensor empty = d.input_mask.select(1, 0).ne(1);
+    if (empty.any().item<bool>()) {
+      const int64_t r = empty.nonzero()[0][0].item<int64_t>();
+      throw InputError(fmt::format("{}: dataset 'input_mask' row {} starts with 0, so the row has no tokens; every "
+                                   "sequence starts with [CLS]",
+                                   path, rows[static_cast<size_t>(r)]));
+    }
+  }
 }
 
 Batch BertDataset::collate(const std::vector<int64_t>& indices) const {

@@ -38,8 +38,8 @@ struct BertDataOptions {
 // a batch needs: per shard touched, one HDF5 read per dataset selecting those rows, so memory stays at a batch's
 // worth of rows plus at most `open_files` open files. collate() runs on the loader's background threads
 // (--num-workers), so the reads of the next batches overlap the training step. The values of every row read
-// are checked (ids inside the vocabulary, masks 0/1, positions inside the sequence, labels 0/1); a bad row
-// is an hetseq::InputError naming the file, the dataset and the row.
+// are checked (ids inside the vocabulary, masks 0/1 with a token first, positions inside the sequence, labels
+// 0/1); a bad row is an hetseq::InputError naming the file, the dataset and the row.
 
 /// The split. Batches hold (int64) `input_ids`, `segment_ids`, `input_mask` [n, S], `masked_lm_labels` [n, S]
 /// (the true id at masked positions, -1 elsewhere, as HetSeq builds it) and `next_sentence_labels` [n].

@@ -85,7 +85,7 @@ TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the fi
   CHECK_THAT(no_split.err, Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
 }
 
-TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights, and rejects mismatched ones", "[bert][cli]") {
+TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights and rejects mismatched ones", "[bert][cli]") {
   TempDir dir;
   write_shard(dir / "toy_train_0.hdf5", make_shard(8, 16, 4));
   write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));

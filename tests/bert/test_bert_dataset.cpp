@@ -47,7 +47,7 @@ std::string load_error(const std::string& file) {
 
 }  // namespace
 
-TEST_CASE("a split's shards are the files whose names contain it, sorted, the first --num_file", "[bert][data]") {
+TEST_CASE("a split's shards are the sorted files whose names contain it and --num_file keeps the first N", "[bert][data]") {
   TempDir dir;
   for (const char* name : {"wiki_train_2.hdf5", "wiki_train_0.hdf5", "wiki_test_0.hdf5", "wiki_train_1.hdf5"}) {
     std::ofstream(dir / name) << "x";
@@ -65,7 +65,7 @@ TEST_CASE("a split's shards are the files whose names contain it, sorted, the fi
   CHECK_THROWS_WITH(find_shards(dir / "nowhere", "train", 0, "--train-subset"), Catch::Contains("nowhere"));
 }
 
-TEST_CASE("BERT batches hold the rows asked for, in order, across shards, with HetSeq's MLM labels", "[bert][data]") {
+TEST_CASE("BERT batches hold the rows asked for in order across shards with HetSeq's MLM labels", "[bert][data]") {
   TempDir dir;
   write_shard(dir / "a_train.hdf5", make_shard(5, 16, 4));
   write_shard(dir / "b_train.hdf5", make_shard(3, 16, 4));
@@ -168,6 +168,10 @@ TEST_CASE("each kind of malformed BERT shard is an error naming the file and the
     shard["next_sentence_labels"].values[3] = 7;
     write_shard(file, shard);
     CHECK_THAT(load_error(file), Catch::Contains("'next_sentence_labels' row 3 holds 7"));
+    shard = make_shard(4, 16, 4);
+    for (int64_t t = 0; t < 16; ++t) shard["input_mask"].values[16 * 2 + t] = 0;
+    write_shard(file, shard);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'input_mask' row 2 starts with 0"));
   }
   SECTION("sequences longer than the model's positions") {
     write_shard(file, make_shard(2, 80, 4));

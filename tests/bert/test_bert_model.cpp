@@ -83,7 +83,7 @@ TEST_CASE("BertForPreTraining has Google's parameter names and bert-base's param
   CHECK(count == 110106428);  // Hugging Face's BertForPreTraining(bert-base-uncased): the decoder is tied
 }
 
-TEST_CASE("BERT's initialisation: normal(0, initializer_range) weights, zero biases, unit LayerNorm", "[bert][model]") {
+TEST_CASE("BERT's initialisation: normal weights with initializer_range as std and zero biases and unit LayerNorm", "[bert][model]") {
   torch::manual_seed(3);
   BertConfig c = small_config();
   c.vocab_size = 2000;
@@ -101,7 +101,7 @@ TEST_CASE("BERT's initialisation: normal(0, initializer_range) weights, zero bia
   CHECK(p["cls.predictions.transform.LayerNorm.bias"].abs().max().item<double>() == 0.0);
 }
 
-TEST_CASE("the fused attention gives BERT's encoder output, padding included", "[bert][model]") {
+TEST_CASE("the fused attention gives BERT's encoder output with padding", "[bert][model]") {
   torch::manual_seed(5);
   const BertConfig c = small_config();
   BertForPreTraining model(c);

@@ -98,7 +98,7 @@ TEST_CASE("bert: --dict is checked against the config's vocab_size", "[bert][tas
   CHECK_THROWS_WITH(make_task(with(data.dir / "missing.txt")), Catch::Contains("--dict") && Catch::Contains("missing.txt"));
 }
 
-TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP, summed over sequences", "[bert][task]") {
+TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP summed over sequences", "[bert][task]") {
   TinyData data;
   auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
   torch::manual_seed(1);
@@ -179,7 +179,7 @@ TEST_CASE("bert: a tiny BERT learns a small shard", "[bert][task]") {
   CHECK(last < first * 0.7);
 }
 
-TEST_CASE("bert: weights in Hugging Face's layout load by name, and wrong shapes name the tensor", "[bert][task][hf]") {
+TEST_CASE("bert: weights in Hugging Face's layout load by name and wrong shapes name the tensor", "[bert][task][hf]") {
   TempDir dir;
   BertConfig c;
   c.vocab_size = 40;
