@@ -81,8 +81,11 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 // call, when all ranks agreed (n = 0 before the first call): a rank whose count differs sends zeros
 // in place of its values. After the allreduce every rank sees the same pairs, so every rank takes the
 // same branch:
-//  * the pairs differ across ranks: every rank throws the same error, naming the ranks, instead of
-//    adding up values that belong to different names;
+//  * the pairs differ only in that some ranks report no statistic at all (a rank without samples,
+//    e.g. without a validation batch when the split is smaller than the ranks' batches): every rank
+//    takes the gathered path below, which sums the union and gives those ranks the names too;
+//  * otherwise, when the pairs differ across ranks: every rank throws the same error, naming the
+//    ranks, instead of adding up values that belong to different names;
 //  * they agree and their count is n: the values are the sums (the one-allreduce steady state);
 //  * they agree on another count (the first call, or all ranks switched names together, as between
 //    training and validation): every rank now knows the new n and sends its values again at that
@@ -128,8 +131,16 @@ LogSums StatSync::sum_fast(const LogSums& local) {
     }
     return pairs;
   };
+  // Whether the ranks agree (false), or only ranks without any statistic (no samples, e.g. no
+  // validation batch) differ from the others, which agree (true: the union is gathered instead, so
+  // that those ranks learn the names too). Any other disagreement is an error.
   auto check_pairs = [&](const std::vector<std::pair<uint32_t, int64_t>>& pairs) {
-    if (std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) { return p == pairs[0]; })) return;
+    if (std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) { return p == pairs[0]; })) return false;
+    std::vector<std::pair<uint32_t, int64_t>> reporting;
+    for (const auto& p : pairs) {
+      if (p.second != 0) reporting.push_back(p);
+    }
+    if (std::all_of(reporting.begin(), reporting.end(), [&](const auto& p) { return p == reporting[0]; })) return true;
     std::map<std::pair<uint32_t, int64_t>, std::vector<int64_t>> groups;  // [(hash, count)] ranks
     for (int64_t r = 0; r < world_size_; ++r) groups[pairs[r]].push_back(r);
     std::vector<std::string> parts;
@@ -162,7 +173,7 @@ LogSums StatSync::sum_fast(const LogSums& local) {
     std::vector<torch::Tensor> tensors{buffer.to(device_)};
     wait(group_->allreduce(tensors), "allreduce (--fast-stat-sync)");
     const torch::Tensor summed = tensors[0].cpu();
-    check_pairs(read_pairs(summed, count));
+    if (check_pairs(read_pairs(summed, count))) return sum_gathered(local);
     if (n != count) {
       agreed_count_ = n;  // every rank has n names now: send the values again at that size
       continue;

@@ -524,6 +524,29 @@ TEST_CASE("Statistics: fast and gathered sync agree and names must match only wi
     }
   }
 
+  SECTION("a rank without statistics (no validation batch) gets the others' sums, with and without fast sync") {
+    for (bool fast : {false, true}) {
+      CAPTURE(fast);
+      std::vector<torch::nn::Linear> models;
+      for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(2, 2));
+      std::vector<std::vector<LogSums>> got(kWorld);
+      run_ranks(kWorld, [&](int rank, const Group& group) {
+        DdpOptions options;
+        options.fast_stat_sync = fast;
+        DistributedReducer reducer(*models[rank], group, options);
+        got[rank].push_back(reducer.reduce_sums(local_of(rank)));                          // training
+        got[rank].push_back(reducer.reduce_sums(rank == 1 ? LogSums{} : valid_of(rank)));  // rank 1: no batch
+        got[rank].push_back(reducer.reduce_sums(local_of(rank)));                          // training again
+      });
+      for (int r = 0; r < kWorld; ++r) {
+        CAPTURE(r);
+        CHECK(got[r][0] == expected);
+        CHECK(got[r][1] == LogSums{{"loss", 4}, {"sample_size", 2}});  // ranks 0 and 2
+        CHECK(got[r][2] == expected);
+      }
+    }
+  }
+
   SECTION("different names: the union without fast sync, an error naming the ranks with it") {
     // Rank 2 reports an extra name, from the first call on or only from the second.
     for (int first_bad_call : {0, 1}) {
