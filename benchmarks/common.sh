@@ -1,5 +1,12 @@
 # Shell helpers shared by the benchmark scripts (sourced, not run).
 
+# An error naming the script, and exit 1.
+die() { echo "$(basename "$0" .sh): error: $*" >&2; exit 1; }
+# The script's header comment (from line 2 to `set -euo`), for --help.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# Fails unless flag $1 has a non-empty value $2.
+need_value() { { [ "$#" -ge 2 ] && [ -n "$2" ]; } || die "$1 needs a value (see --help)"; }
+
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # "busy total" jiffies of all CPUs so far (first line of /proc/stat; iowait counts as idle).

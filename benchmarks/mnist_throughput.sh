@@ -40,10 +40,7 @@ BATCH=64
 PEER_ARGS=()
 QUIET_WAIT=0
 
-die() { echo "mnist_throughput: error: $*" >&2; exit 1; }
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-need_value() { { [ "$#" -ge 2 ] && [ -n "$2" ]; } || die "$1 needs a value (see --help)"; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --updates) need_value "$@"; UPDATES="$2"; shift 2 ;;

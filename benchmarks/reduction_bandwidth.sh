@@ -11,19 +11,19 @@
 # hetseq/raw (the reducer's bus bandwidth over the raw allreduce's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=benchmarks/common.sh
+source "$ROOT/benchmarks/common.sh"
 BUILD="build"
 ITERS=30
 REPEATS=3
 TIMEOUT=300
-die() { echo "reduction_bandwidth: error: $*" >&2; exit 1; }
-need_value() { { [ "$#" -ge 2 ] && [ -n "$2" ]; } || die "$1 needs a value"; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --build) need_value "$@"; BUILD="$2"; shift 2 ;;
     --iters) need_value "$@"; ITERS="$2"; shift 2 ;;
     --repeats) need_value "$@"; REPEATS="$2"; shift 2 ;;
     --timeout) need_value "$@"; TIMEOUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done

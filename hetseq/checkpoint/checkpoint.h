@@ -51,6 +51,10 @@ struct Checkpoint {
   int64_t format_version = kFormatVersion;
 };
 
+/// A copy of `t` on the CPU, detached (one copy, also for CPU tensors): what checkpoints keep of live
+/// tensors that the next update changes.
+torch::Tensor cpu_copy(const torch::Tensor& t);
+
 /// The parameters and buffers of `model` as a checkpoint stores them (CPU copies).
 std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model);
 

@@ -19,7 +19,7 @@ Checkpoint capture_checkpoint(Controller& controller, const CaptureContext& cont
   if (context.with_optimizer_state) {
     std::map<std::string, torch::Tensor> state;
     // state() aliases the live buffers; the checkpoint keeps copies.
-    for (const auto& [k, v] : optimizer.state()) state[k] = v.detach().to(torch::kCPU).clone();
+    for (const auto& [k, v] : optimizer.state()) state[k] = cpu_copy(v);
     c.optimizer_state = std::move(state);
   }
   c.lr_scheduler_name = controller.lr_scheduler().name();
@@ -66,11 +66,12 @@ IteratorPosition restore_checkpoint(Controller& controller, const Checkpoint& c,
     }
     // The saved hyper-parameters win over the command line, so that a resumed run continues the same
     // run; --optimizer-overrides changes them on purpose.
+    const std::map<std::string, double> given = optimizer.hyperparameters();
     for (const auto& [name, value] : c.optimizer_options) {
-      if (optimizer.hyperparameters().at(name) != value) {
+      if (auto it = given.find(name); it != given.end() && it->second != value) {
         log::warn("[checkpoint] {}: optimizer {} is {} in the checkpoint and {} on the command line; using the "
                   "checkpoint's (change it with --optimizer-overrides {}=VALUE)",
-                  source, name, value, optimizer.hyperparameters().at(name), name);
+                  source, name, value, it->second, name);
       }
       optimizer.set_hyperparameter(name, value);
     }

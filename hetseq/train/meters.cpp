@@ -1,5 +1,8 @@
 #include "hetseq/train/meters.h"
 
+#include <array>
+#include <utility>
+
 namespace hetseq {
 
 double RateMeter::elapsed_s() const {
@@ -40,21 +43,23 @@ double get(const std::map<std::string, double>& state, const std::string& key, d
   return it == state.end() ? fallback : it->second;
 }
 
+// The average meters of `m` by the names their state is saved under.
+template <class Meters>
+auto averages(Meters& m) {
+  return std::array<std::pair<const char*, decltype(&m.loss)>, 6>{
+      {{"loss", &m.loss}, {"nll_loss", &m.nll_loss}, {"wpb", &m.wpb}, {"bsz", &m.bsz}, {"gnorm", &m.gnorm},
+       {"clip", &m.clip}}};
+}
+
 }  // namespace
 
 std::map<std::string, double> TrainMeters::state() const {
   std::map<std::string, double> out;
-  auto average = [&](const char* name, const AverageMeter& m) {
-    out[std::string(name) + ".sum"] = m.sum();
-    out[std::string(name) + ".count"] = m.count();
-    out[std::string(name) + ".last"] = m.last();
-  };
-  average("loss", loss);
-  average("nll_loss", nll_loss);
-  average("wpb", wpb);
-  average("bsz", bsz);
-  average("gnorm", gnorm);
-  average("clip", clip);
+  for (const auto& [name, m] : averages(*this)) {
+    out[std::string(name) + ".sum"] = m->sum();
+    out[std::string(name) + ".count"] = m->count();
+    out[std::string(name) + ".last"] = m->last();
+  }
   out["wps.n"] = wps.count();
   out["wps.elapsed_s"] = wps.elapsed_s();
   out["ups.n"] = ups.count();
@@ -65,16 +70,11 @@ std::map<std::string, double> TrainMeters::state() const {
 }
 
 void TrainMeters::load_state(const std::map<std::string, double>& state) {
-  auto average = [&](const char* name, AverageMeter& m) {
+  for (const auto& [name, m] : averages(*this)) {
     const std::string n(name);
-    m.restore(get(state, n + ".sum", m.sum()), get(state, n + ".count", m.count()), get(state, n + ".last", m.last()));
-  };
-  average("loss", loss);
-  average("nll_loss", nll_loss);
-  average("wpb", wpb);
-  average("bsz", bsz);
-  average("gnorm", gnorm);
-  average("clip", clip);
+    m->restore(get(state, n + ".sum", m->sum()), get(state, n + ".count", m->count()),
+               get(state, n + ".last", m->last()));
+  }
   wps.restore(get(state, "wps.n", wps.count()), get(state, "wps.elapsed_s", wps.elapsed_s()));
   ups.restore(get(state, "ups.n", ups.count()), get(state, "ups.elapsed_s", ups.elapsed_s()));
   train_wall.restore(get(state, "train_wall.sum_s", train_wall.sum_s()));
