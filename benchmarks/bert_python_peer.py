@@ -136,6 +136,10 @@ def run(rank, args, port):
     model = BertForPreTraining(config)
     step_model = nn.parallel.DistributedDataParallel(model) if args.workers > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
+    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    # fp16: hetseq's defaults (start scale 128, doubled after 16384 / workers updates without overflow).
+    scaler = (torch.amp.GradScaler("cpu", init_scale=128.0, growth_interval=16384 // args.workers)
+              if args.precision == "fp16" else None)
     data = Shards(sorted(glob.glob(os.path.join(args.data, "*train*"))))
     order = np.random.RandomState(args.seed).permutation(len(data))
     per_update = args.batch_size * args.workers
@@ -146,11 +150,18 @@ def run(rank, args, port):
         chunk = order[u * per_update:(u + 1) * per_update]
         batch = data.batch(sorted(chunk[rank * args.batch_size:(rank + 1) * args.batch_size]))
         opt.zero_grad()
-        loss = loss_of(step_model, batch)
+        with torch.autocast("cpu", dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = loss_of(step_model, batch)
         # Gradient of the mean over all sequences of the update (DDP averages over ranks, so divide by the
         # per-rank count, as every rank has the same).
-        (loss / args.batch_size).backward()
-        opt.step()
+        mean = loss.float() / args.batch_size
+        if scaler is not None:
+            scaler.scale(mean).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            mean.backward()
+            opt.step()
         loss_value = loss.item() / args.batch_size
     seconds = time.perf_counter() - start
     if rank == 0:
@@ -172,6 +183,8 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="forward passes under CPU autocast (fp16 with a GradScaler)")
     args = parser.parse_args()
     if args.workers == 1:
         run(0, args, 0)

@@ -26,8 +26,9 @@ namespace fs = std::filesystem;
 //
 //   format_version, torch_version                      what wrote it
 //   model               {name: tensor}                 parameters and buffers
-//   optimizer           {name, options {k: float}, state {k: tensor}}   (no state with
-//                                                       --no-save-optimizer-state)
+//   optimizer           {name, options {k: float}, state {k: tensor},   (no state with
+//                        loss_scaler {k: float}}        --no-save-optimizer-state; no loss_scaler
+//                                                       without --fp16)
 //   lr_scheduler        {name, state {k: float}}
 //   extra_state         {num_updates, epoch, offset, meters {k: float}, rng_state, best,
 //                        data_plan {batch_sizes [int], update_freqs [int]}}
@@ -288,6 +289,7 @@ void insert_state(Dict& root, const Checkpoint& c) {
   optimizer.insert("name", c.optimizer_name);
   optimizer.insert("options", double_map(c.optimizer_options));
   if (c.optimizer_state) optimizer.insert("state", tensor_map(*c.optimizer_state));
+  if (!c.loss_scaler.empty()) optimizer.insert("loss_scaler", double_map(c.loss_scaler));
   root.insert("optimizer", optimizer);
 
   Dict scheduler = new_dict();
@@ -380,6 +382,7 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.optimizer_name = r.text(optimizer, "name");
   c.optimizer_options = r.doubles(optimizer, "options");
   if (optimizer.contains("state")) c.optimizer_state = r.tensors(optimizer, "state");
+  if (optimizer.contains("loss_scaler")) c.loss_scaler = r.doubles(optimizer, "loss_scaler");
   const Dict scheduler = r.dict(root, "lr_scheduler");
   c.lr_scheduler_name = r.text(scheduler, "name");
   c.lr_scheduler_state = r.doubles(scheduler, "state");

@@ -33,6 +33,7 @@ struct Checkpoint {
   std::string optimizer_name;                                          // --optimizer
   std::map<std::string, double> optimizer_options;                     // its hyper-parameters (betas, eps, ...)
   std::optional<std::map<std::string, torch::Tensor>> optimizer_state;  // absent with --no-save-optimizer-state
+  std::map<std::string, double> loss_scaler;                           // --fp16's DynamicLossScaler (else empty)
   std::string lr_scheduler_name;                                       // --lr-scheduler
   std::map<std::string, double> lr_scheduler_state;
 

@@ -22,6 +22,7 @@ Checkpoint capture_checkpoint(Controller& controller, const CaptureContext& cont
     for (const auto& [k, v] : optimizer.state()) state[k] = cpu_copy(v);
     c.optimizer_state = std::move(state);
   }
+  if (const DynamicLossScaler* scaler = controller.loss_scaler()) c.loss_scaler = scaler->state();
   c.lr_scheduler_name = controller.lr_scheduler().name();
   c.lr_scheduler_state = controller.lr_scheduler().state();
   c.num_updates = controller.num_updates();
@@ -81,6 +82,14 @@ IteratorPosition restore_checkpoint(Controller& controller, const Checkpoint& c,
       log::warn("[checkpoint] {} has no optimizer state (saved with --no-save-optimizer-state): the optimizer "
                 "starts afresh",
                 source);
+    }
+    if (DynamicLossScaler* scaler = controller.loss_scaler()) {
+      if (!c.loss_scaler.empty()) {
+        scaler->load_state(c.loss_scaler, source);
+        log::info("[fp16] loss scale {} from {}", scaler->scale(), source);
+      } else {
+        log::info("[fp16] {} was saved without --fp16: the loss scale starts at {}", source, scaler->scale());
+      }
     }
   }
   apply_optimizer_overrides(optimizer, options.optimizer_overrides);

@@ -316,6 +316,21 @@ int train(int argc, const char* const argv[]) {
   copts.seed = o.common.seed;
   copts.rank = rank;
   copts.device = context.device;
+  const MixedPrecisionOptions& mp = o.mixed_precision;
+  copts.precision = mp.precision;
+  if (mp.precision == Precision::kFloat16) {
+    LossScalerOptions scaler = mp.scaler;
+    int64_t micro_batches = 0;  // per update, over all ranks
+    for (int64_t u : plan_for_epoch(1).update_freqs) micro_batches += u;
+    scaler.scale_window = mp.scale_window.value_or(MixedPrecisionOptions::default_scale_window(micro_batches));
+    copts.loss_scaling = scaler;
+    log::info("[fp16] float16 forward passes (autocast on {}); loss scale {}, doubled after {} updates without "
+              "overflow, halved on overflow{}",
+              context.device.str(), scaler.init_scale, scaler.scale_window,
+              scaler.threshold ? fmt::format(" (not below {})", *scaler.threshold) : "");
+  } else if (mp.precision == Precision::kBFloat16) {
+    log::info("[bf16] bfloat16 forward passes (autocast on {})", context.device.str());
+  }
   Controller controller(*task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
 
   IteratorPosition start{1, 0};
@@ -427,11 +442,12 @@ int train(int argc, const char* const argv[]) {
       std::vector<Batch> batches = stream.next();
       if (sample_ids) sample_ids->write(epoch, controller.num_updates() + 1, stream.last_indices());
       const auto t0 = std::chrono::steady_clock::now();
-      controller.train_update(batches);
+      const bool applied = !controller.train_update(batches).skipped;
       step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (ddp) wait_s += ddp->last_timing().exposed_s;
       ++i;
-      progress.on_update(epoch, i, total, [&] { return controller.train_stats(); });
+      // A skipped update (fp16 overflow) consumed its batches but trained nothing: no progress line.
+      if (applied) progress.on_update(epoch, i, total, [&] { return controller.train_stats(); });
       if (ddp && d.log_all_ranks && i % o.common.log_interval == 0) {
         // The straggler report: a rank that computes long and waits little holds the others up.
         log::info("[reducer] update {}: batch size {}, compute {:.1f} ms/update, waiting on communication {:.1f} "
@@ -440,7 +456,7 @@ int train(int argc, const char* const argv[]) {
                   1e3 * (step_s - wait_s) / o.common.log_interval, 1e3 * wait_s / o.common.log_interval);
         step_s = wait_s = 0;
       }
-      if (!stream.end_of_epoch() && manager.save_due_after_update(controller.num_updates())) {
+      if (applied && !stream.end_of_epoch() && manager.save_due_after_update(controller.num_updates())) {
         const Validation v = validation_on ? run_validation(epoch) : Validation{};
         save(epoch, false, stream.position(), v.metric);
       }

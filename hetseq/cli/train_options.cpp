@@ -1,5 +1,6 @@
 #include "hetseq/cli/train_options.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -16,7 +17,8 @@ const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> table{
       {"batch-size", "max-sentences"}, {"learning-rate", "lr"}, {"wd", "weight-decay"},
       {"me", "max-epoch"},             {"mu", "max-update"},    {"fa", "force-anneal"},
-      {"lr-scheduler", "lr_scheduler"}, {"local_rank", "device-id"}};
+      {"lr-scheduler", "lr_scheduler"}, {"local_rank", "device-id"},
+      {"memory-efficient-fp16", "fp16"}};
   return table;
 }
 
@@ -75,13 +77,22 @@ std::string TrainOptions::must_match() const {
       "warmup-updates={} total-num-update={} end-learning-rate={} power={} max-epoch={} max-update={} "
       "adam-betas=({},{}) adam-eps={} weight-decay={} bucket-cap-mb={} fast-stat-sync={} valid-subset={} "
       "validate-interval={} disable-validation={} save-interval={} save-interval-updates={} no-save={} "
-      "optimizer-overrides={} reset-dataloader={}",
+      "optimizer-overrides={} reset-dataloader={} precision={} fp16-init-scale={} fp16-scale-window={} "
+      "fp16-scale-tolerance={} min-loss-scale={} threshold-loss-scale={}",
       common.task, common.seed, dataset.train_subset, dataset.curriculum, p.optimizer, fmt::join(p.lr, ","),
       p.clip_norm, p.lr_scheduler, p.warmup_updates, p.total_num_update, p.end_learning_rate, p.power, p.max_epoch,
       p.max_update, p.adam.beta1, p.adam.beta2, p.adam.eps, p.adam.weight_decay, distributed.bucket_cap_mb,
       distributed.fast_stat_sync, fmt::join(dataset.valid_subsets, ","), dataset.validate_interval,
       dataset.disable_validation, checkpoint.save.save_interval, checkpoint.save.save_interval_updates,
-      checkpoint.save.no_save, optimizer_overrides_text(checkpoint.optimizer_overrides), checkpoint.reset_dataloader);
+      checkpoint.save.no_save, optimizer_overrides_text(checkpoint.optimizer_overrides), checkpoint.reset_dataloader,
+      to_string(mixed_precision.precision), mixed_precision.scaler.init_scale,
+      mixed_precision.scale_window ? std::to_string(*mixed_precision.scale_window) : "default",
+      mixed_precision.scaler.tolerance, mixed_precision.scaler.min_scale,
+      mixed_precision.scaler.threshold ? fmt::format("{}", *mixed_precision.scaler.threshold) : "none");
+}
+
+int64_t MixedPrecisionOptions::default_scale_window(int64_t micro_batches_per_update) {
+  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, micro_batches_per_update));
 }
 
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
@@ -129,6 +140,18 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
       ("log-format", "how statistics are printed: none, simple, json", text("log-format", "simple"))
       ("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
        text("intra-op-threads", "0"));
+  parser.add_options("Mixed precision")
+      ("fp16", "forward passes in float16 (autocast) with dynamic loss scaling; weights, gradients and optimizer "
+       "stay float32 (alias --memory-efficient-fp16)", boolean())
+      ("bf16", "forward passes in bfloat16 (autocast), on CUDA or the CPU; no loss scaling needed", boolean())
+      ("fp16-init-scale", "initial loss scale of --fp16, a power of two", text("fp16-init-scale", "128"))
+      ("fp16-scale-window", "updates without overflow before the loss scale doubles (default: 16384 / "
+       "micro-batches per update over all ranks)", opt_text("fp16-scale-window"))
+      ("fp16-scale-tolerance", "share of overflowing updates tolerated before the loss scale halves",
+       text("fp16-scale-tolerance", "0"))
+      ("min-loss-scale", "stop with an error when the loss scale falls below this", text("min-loss-scale", "1e-4"))
+      ("threshold-loss-scale", "the loss scale never halves below this (a power of two)",
+       opt_text("threshold-loss-scale"));
   parser.add_options("Dataset and data loading")
       ("num-workers", "background threads that build batches (0: build in the training thread)",
        text("num-workers", "1"))
@@ -198,7 +221,7 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
       ("reset-dataloader", "on resume, start at the first sample of epoch 1 (keep the update count)", boolean())
       ("reset-lr-scheduler", "on resume, don't load the learning rate scheduler state", boolean())
       ("reset-meters", "on resume, don't load the meters", boolean())
-      ("reset-optimizer", "on resume, don't load the optimizer state or hyper-parameters", boolean())
+      ("reset-optimizer", "on resume, don't load the optimizer state, hyper-parameters or loss scale", boolean())
       ("optimizer-overrides", "on resume, optimizer hyper-parameters to change: key=value,... (e.g. beta2=0.98)",
        text("optimizer-overrides", ""))
       ("save-interval", "save a checkpoint every N epochs", text("save-interval", "1"))
@@ -260,6 +283,23 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args) {
     c.log_interval = positive(args, "log-interval");
     c.log_format = parse_log_format(str(args, "log-format"));
     c.intra_op_threads = non_negative(args, "intra-op-threads");
+
+    auto& m = o.mixed_precision;
+    const bool fp16 = flag(args, "fp16"), bf16 = flag(args, "bf16");
+    if (fp16 && bf16) throw UsageError("--fp16 and --bf16 exclude each other; pick one");
+    m.precision = fp16 ? Precision::kFloat16 : bf16 ? Precision::kBFloat16 : Precision::kFloat32;
+    for (const char* name : {"fp16-init-scale", "fp16-scale-window", "fp16-scale-tolerance", "min-loss-scale",
+                             "threshold-loss-scale"}) {
+      if (!fp16 && args.count(name)) {
+        throw UsageError(fmt::format("--{} sets the loss scaling of --fp16; add --fp16 or leave it out", name));
+      }
+    }
+    m.scaler.init_scale = number(args, "fp16-init-scale");
+    if (args.count("fp16-scale-window")) m.scale_window = positive(args, "fp16-scale-window");
+    m.scaler.tolerance = number(args, "fp16-scale-tolerance");
+    m.scaler.min_scale = number(args, "min-loss-scale");
+    if (args.count("threshold-loss-scale")) m.scaler.threshold = number(args, "threshold-loss-scale");
+    if (fp16) m.scaler.validate();
 
     auto& d = o.dataset;
     d.num_workers = non_negative(args, "num-workers");

@@ -14,6 +14,8 @@
 #include "hetseq/optim/adadelta.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/sgd.h"
+#include "hetseq/train/loss_scaler.h"
+#include "hetseq/train/precision.h"
 #include "hetseq/train/progress.h"
 
 namespace hetseq::cli {
@@ -90,6 +92,17 @@ struct CheckpointOptions {
   std::optional<std::string> dump_sample_ids;                       // --dump-sample-ids DIR
 };
 
+/// --fp16, --bf16 and the loss scaling flags. See Note [Loss scaling].
+struct MixedPrecisionOptions {
+  Precision precision = Precision::kFloat32;
+  LossScalerOptions scaler;             // used with --fp16
+  std::optional<int64_t> scale_window;  // --fp16-scale-window (default: see default_scale_window)
+
+  /// HetSeq's default window: 2^14 micro-batches over all ranks, i.e. 16384 / (sum over ranks of the
+  /// micro-batches per update), at least 1.
+  static int64_t default_scale_window(int64_t micro_batches_per_update);
+};
+
 /// Everything hetseq-train reads from its command line, but the task's own flags.
 struct TrainOptions {
   CommonOptions common;
@@ -97,6 +110,7 @@ struct TrainOptions {
   OptimizationOptions optimization;
   DistributedFlags distributed;
   CheckpointOptions checkpoint;
+  MixedPrecisionOptions mixed_precision;
 
   /// The options every rank must share, as readable text (compared in the start handshake).
   std::string must_match() const;

@@ -245,7 +245,7 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
 LogSums DistributedReducer::finish_update(const LogSums& local) {
   HETSEQ_ASSERT(armed_,
                 "finish_update without before_backward for the update's last micro-batch (a Task::train_step must "
-                "call its before_backward hook)");
+                "run its loss through the Backward it is given)");
   armed_ = false;
   timing_ = clock_->timing();
   if (timing_.buckets != num_buckets_) {

@@ -4,10 +4,13 @@
 
 namespace hetseq {
 
-StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch, const BeforeBackward& before_backward) {
+StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch, const Backward& backward) {
   StepOutput out = compute_loss(model, batch);
-  if (before_backward) before_backward(out.loss);
-  out.loss.backward();
+  if (backward) {
+    backward(out.loss);
+  } else {
+    out.loss.backward();
+  }
   return out;
 }
 

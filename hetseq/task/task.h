@@ -53,16 +53,16 @@ class Task {
   /// returned. Must not call backward.
   virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
 
-  /// Called between the forward pass and the backward pass of a train step, with the loss (the
-  /// distributed reducer prepares its gradient hooks here).
-  using BeforeBackward = std::function<void(const torch::Tensor& loss)>;
+  /// The backward pass of a train step's loss, as the Controller runs it: it scales the loss (--fp16,
+  /// see Note [Loss scaling]), lets the gradient reducer arm its hooks, and differentiates. A task
+  /// that overrides train_step calls it once per step instead of loss.backward().
+  using Backward = std::function<void(const torch::Tensor& loss)>;
 
-  /// Forward, loss and backward. The default calls compute_loss, then `before_backward` (if set), then
-  /// backward on the summed loss. An empty batch (a rank with no samples left at the end of an epoch)
-  /// must still give a loss connected to every parameter, with value zero and sample_size 0, so that
-  /// every rank runs the same backward passes.
-  virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch,
-                                const BeforeBackward& before_backward = nullptr);
+  /// Forward, loss and backward. The default calls compute_loss, then `backward` on the summed loss
+  /// (plain loss.backward() when `backward` is empty). An empty batch (a rank with no samples left at
+  /// the end of an epoch) must still give a loss connected to every parameter, with value zero and
+  /// sample_size 0, so that every rank runs the same backward passes.
+  virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch, const Backward& backward = nullptr);
 
   /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.
   virtual StepOutput valid_step(torch::nn::Module& model, const Batch& batch);

@@ -5,6 +5,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 namespace {
@@ -44,6 +45,8 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
   if (options_.clip_norm < 0) {
     throw UsageError(fmt::format("--clip-norm: {} is negative; use 0 to turn clipping off", options_.clip_norm));
   }
+  check_precision_supported(options_.precision, options_.device, "--" + to_string(options_.precision));
+  if (options_.loss_scaling) scaler_ = std::make_unique<DynamicLossScaler>(*options_.loss_scaling);
 }
 
 // Note [Weighted averaging]
@@ -64,20 +67,31 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   torch::manual_seed(update_seed(options_.seed, num_updates_, options_.rank));
   optimizer_->zero_grad();
 
+  UpdateResult result;
+  result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   LogSums local;
   local["sample_size"] = 0;
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
+    // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
+    // the loss scale, in float32. See Note [Loss scaling].
+    const AutocastGuard autocast(options_.device, options_.precision);
+    const Task::Backward backward = [&](const torch::Tensor& loss) {
+      const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
+      const bool low = loss.scalar_type() == torch::kHalf || loss.scalar_type() == torch::kBFloat16;
+      const torch::Tensor full = low ? loss.to(torch::kFloat32) : loss;
+      const torch::Tensor scaled = scaler_ ? full * result.loss_scale : full;
+      reducer_->before_backward(k, count, scaled);
+      scaled.backward();
+    };
     // An empty micro-batch still runs (a zero loss over every parameter): every rank must take part
     // in the same backward passes. See Note [Weighted averaging].
-    StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device),
-                                      [&](const torch::Tensor& loss) { reducer_->before_backward(k, count, loss); });
+    StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     out.log.erase("sample_size");
     add_into(local, out.log);
     local["sample_size"] += out.sample_size;
   }
 
-  UpdateResult result;
   result.sums = reducer_->finish_update(local);
   const double sample_size = get(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
@@ -85,9 +99,11 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   std::vector<torch::Tensor> grads;
   {
     torch::NoGradGuard no_grad;
+    // One division by N * S: see Note [Weighted averaging] and Note [Loss scaling].
+    const double divisor = sample_size * result.loss_scale;
     for (auto& p : optimizer_->params()) {
       if (p.grad().defined()) {
-        p.mutable_grad().div_(sample_size);
+        p.mutable_grad().div_(divisor);
         grads.push_back(p.grad());
       }
     }
@@ -98,12 +114,23 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
       norm = torch::stack(norms).norm();
     }
     result.gnorm = norm.item<double>();
+    if (scaler_ && !std::isfinite(result.gnorm)) {
+      // The same on every rank: the reduced gradients are. See Note [Loss scaling].
+      result.skipped = true;
+      optimizer_->zero_grad();
+      meters_.train_wall.stop();
+      scaler_->update(true);
+      log::info("[fp16] gradient overflow at update {} (loss scale {}): update skipped, loss scale now {}",
+                num_updates_ + 1, result.loss_scale, scaler_->scale());
+      return result;
+    }
     if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
       const double scale = options_.clip_norm / (result.gnorm + 1e-6);
       for (auto& g : grads) g.mul_(scale);
       result.clipped = true;
     }
   }
+  if (scaler_) scaler_->update(false);
   optimizer_->step();
   ++num_updates_;
   lr_scheduler_->step_update(num_updates_);
@@ -126,6 +153,7 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
 LogSums Controller::valid_step(const Batch& batch) {
   if (batch.empty()) return {};
   model_->eval();
+  const AutocastGuard autocast(options_.device, options_.precision);
   StepOutput out = task_.valid_step(*model_, batch.to(options_.device));
   out.log["sample_size"] = out.sample_size;
   return out.log;
@@ -175,6 +203,7 @@ std::vector<Stat> Controller::train_stats() const {
   stats.push_back({"lr", optimizer_->lr()});
   stats.push_back({"gnorm", meters_.gnorm.avg()});
   stats.push_back({"clip", meters_.clip.avg()});
+  if (scaler_) stats.push_back({"loss_scale", scaler_->scale()});
   stats.push_back({"train_wall", std::round(meters_.train_wall.sum_s()), true});
   stats.push_back({"wall", std::round(meters_.wall.elapsed_s()), true});
   for (const auto& [name, value] : task_.derived_metrics(epoch_sums_)) stats.push_back({name, value});

@@ -11,7 +11,9 @@
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/task/task.h"
 #include "hetseq/train/gradient_reducer.h"
+#include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
+#include "hetseq/train/precision.h"
 #include "hetseq/train/progress.h"
 
 namespace hetseq {
@@ -22,13 +24,20 @@ struct ControllerOptions {
   uint64_t seed = 1;      // --seed: with the update count and rank, seeds dropout for each update
   int64_t rank = 0;
   torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFloat32;  // --fp16, --bf16: the forward passes' autocast
+  /// Dynamic loss scaling (set with --fp16; allowed with any precision). See Note [Loss scaling].
+  std::optional<LossScalerOptions> loss_scaling;
 };
 
 /// What one update did, after reduction over all ranks.
 struct UpdateResult {
   LogSums sums;         // summed over micro-batches and ranks
-  double gnorm = 0;     // gradient norm before clipping
+  double gnorm = 0;     // gradient norm before clipping (inf or NaN when the update overflowed)
   bool clipped = false;
+  /// The gradients overflowed under loss scaling: no step was taken, the update count did not move,
+  /// and the loss scale went down. Every rank gets the same answer. See Note [Loss scaling].
+  bool skipped = false;
+  double loss_scale = 1;  // the scale this update's loss was multiplied by
 };
 
 /// Runs updates: accumulates the gradients of an update's micro-batches, has the GradientReducer
@@ -40,7 +49,8 @@ class Controller {
              std::unique_ptr<optim::LrScheduler> lr_scheduler, std::shared_ptr<GradientReducer> reducer,
              ControllerOptions options);
 
-  /// One update from this rank's micro-batches (empty ones take part with zero weight).
+  /// One update from this rank's micro-batches (empty ones take part with zero weight). Under loss
+  /// scaling an update whose gradients overflow is skipped (see UpdateResult::skipped).
   UpdateResult train_update(const std::vector<Batch>& micro_batches);
   /// Loss sums of one validation batch on this rank (not reduced).
   LogSums valid_step(const Batch& batch);
@@ -75,6 +85,9 @@ class Controller {
   optim::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   Task& task() { return task_; }
   TrainMeters& meters() { return meters_; }
+  /// The loss scaler (null without loss scaling).
+  DynamicLossScaler* loss_scaler() { return scaler_.get(); }
+  Precision precision() const { return options_.precision; }
 
  private:
   Task& task_;
@@ -83,6 +96,7 @@ class Controller {
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
   std::shared_ptr<GradientReducer> reducer_;
   ControllerOptions options_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
   int64_t num_updates_ = 0;
   TrainMeters meters_;
   LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics
