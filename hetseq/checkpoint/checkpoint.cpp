@@ -385,6 +385,8 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   if (optimizer.contains("loss_scaler")) c.loss_scaler = r.doubles(optimizer, "loss_scaler");
   const Dict scheduler = r.dict(root, "lr_scheduler");
   c.lr_scheduler_name = r.text(scheduler, "name");
+  // Checkpoints of earlier versions name the schedule by its internal name, not by its flag value.
+  if (c.lr_scheduler_name == "polynomial_decay") c.lr_scheduler_name = "PolynomialDecayScheduler";
   c.lr_scheduler_state = r.doubles(scheduler, "state");
 
   const Dict extra = r.dict(root, "extra_state");

@@ -7,7 +7,12 @@ namespace hetseq::cli {
 /// starts), 1 on any other error; errors are printed as one line on stderr.
 int train_main(int argc, const char* const argv[]);
 
-/// hetseq-eval: evaluates a saved model on data splits and prints loss and the task's metrics.
+/// Runs `body` and turns its exceptions into one line on stderr (naming `program`) and an exit code: 2
+/// for a usage error, 1 for any other. A worker that joined a distributed world leaves at once.
+int run_guarded(int (*body)(int, const char* const*), const char* program, int argc, const char* const argv[]);
+
+/// hetseq-eval: evaluates a saved model on data splits and prints loss and the task's metrics (with
+/// --bf16/--fp16 under autocast), through the same Validator as training; builds no optimizer.
 /// Exit codes as train_main.
 int eval_main(int argc, const char* const argv[]);
 

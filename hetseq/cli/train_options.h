@@ -11,9 +11,8 @@
 #include <cxxopts.hpp>
 
 #include "hetseq/checkpoint/checkpoint_manager.h"
-#include "hetseq/optim/adadelta.h"
-#include "hetseq/optim/adam.h"
-#include "hetseq/optim/sgd.h"
+#include "hetseq/distributed/world.h"
+#include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/train/progress.h"
@@ -49,33 +48,22 @@ struct OptimizationOptions {
   std::vector<int64_t> update_freq{1};  // [epoch] (the last value holds for later epochs)
   std::vector<double> lr{0.25};         // [epoch]
   double min_lr = -1;
-  std::string optimizer = "adam";
-  optim::AdamOptions adam;
-  optim::AdadeltaOptions adadelta;
-  optim::SgdOptions sgd;
-  std::string lr_scheduler = "PolynomialDecayScheduler";
-  std::optional<int64_t> force_anneal;
-  int64_t warmup_updates = 0;
-  std::optional<double> warmup_init_lr;
-  double end_learning_rate = 0;
-  double power = 1;
-  int64_t total_num_update = 1000000;
-  double lr_shrink = 0.1;
+  std::string optimizer = "adam";                        // --optimizer (see optim::optimizers())
+  optim::OptimizerFactory make_optimizer;                // its flags, read and checked
+  std::string lr_scheduler = "PolynomialDecayScheduler";  // --lr_scheduler (see optim::lr_schedulers())
+  optim::LrSchedulerFactory make_lr_scheduler;           // its flags, read and checked
 };
 
 /// HetSeq's distributed flags.
 struct DistributedFlags {
-  std::optional<int64_t> world_size;  // --distributed-world-size (default: this node's workers)
-  int64_t rank = 0;                   // --distributed-rank: global rank of this node's first worker
-  bool rank_given = false;            // whether --distributed-rank was on the command line
+  /// --distributed-world-size, --distributed-rank (of this node's first worker), --device-id (alias
+  /// --local_rank), --cpu, --distributed-backend, --distributed-init-method, --distributed-timeout.
+  WorldOptions world;
   std::optional<int64_t> gpus;        // --distributed-gpus: workers on this node (default: CUDA devices, or 1)
-  std::string backend;                // --distributed-backend (default: nccl with CUDA, else gloo)
-  std::string init_method;            // --distributed-init-method
-  int64_t device_id = 0;              // --device-id (alias --local_rank)
   bool no_spawn = false;              // --distributed-no-spawn
-  int64_t timeout_s = 300;            // --distributed-timeout
   double bucket_cap_mb = 25;          // --bucket-cap-mb
   bool find_unused_parameters = false;
+  bool broadcast_buffers = true;      // --broadcast-buffers
   bool fast_stat_sync = false;
   bool log_all_ranks = false;
 };
@@ -111,9 +99,6 @@ struct TrainOptions {
   DistributedFlags distributed;
   CheckpointOptions checkpoint;
   MixedPrecisionOptions mixed_precision;
-
-  /// The options every rank must share, as readable text (compared in the start handshake).
-  std::string must_match() const;
 };
 
 /// The value of --task in `argv`, if any (looked up before the full parse, so that the task's flags
@@ -127,8 +112,29 @@ std::map<std::string, std::string> task_defaults(const std::optional<std::string
 /// registered task, its defaults replace the general ones.
 cxxopts::Options make_train_parser(const std::optional<std::string>& task);
 
+/// The flag groups of hetseq-train, each with the defaults of `task` (see task_defaults); hetseq-eval
+/// reuses the common and precision groups.
+void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_precision_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_dataset_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+
+/// `argv` with HetSeq's second spellings (--batch-size, --lr-scheduler, --local_rank, ...) replaced
+/// by the primary ones, as the parser and the launcher see them.
+std::vector<std::string> resolve_aliases(int argc, const char* const argv[]);
+
 /// Parses `argv` with `parser`. Throws hetseq::UsageError on an unknown or malformed flag.
 cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, const char* const argv[]);
+
+/// Every flag of `parser` that is not per-rank (per_rank_flags), task flags included, with its value
+/// as text, keyed `--name`: what the ranks compare at start. See Note [Compared flags].
+std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser, const cxxopts::ParseResult& args);
+
+/// Reads the common flags (task, seed, device, logging) and the precision flags.
+CommonOptions read_common(const cxxopts::ParseResult& args);
+MixedPrecisionOptions read_precision(const cxxopts::ParseResult& args);
 
 /// Reads and checks the general flags. Throws hetseq::UsageError naming the flag on a malformed
 /// value or an invalid combination.
@@ -137,11 +143,5 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args);
 /// Splits a comma-separated list of split names; throws hetseq::UsageError naming `--flag_name` on an
 /// empty name.
 std::vector<std::string> split_names(const std::string& flag_name, const std::string& text);
-
-/// The value of a per-epoch list for `epoch` (1-based): the last value holds for later epochs.
-template <class T>
-T for_epoch(const std::vector<T>& values, int64_t epoch) {
-  return values[std::min<size_t>(static_cast<size_t>(epoch - 1), values.size() - 1)];
-}
 
 }  // namespace hetseq::cli

@@ -66,6 +66,7 @@ class DistributedReducer final : public GradientReducer {
   const std::vector<LogSums>& last_per_rank() const { return stats_.last_per_rank(); }
   /// Timing of the last update's gradient reduction.
   const ReductionTiming& last_timing() const { return timing_; }
+  double last_wait_s() const override { return timing_.exposed_s; }
   /// Size in bytes of each bucket, `[bucket]` in reduction order (the layout can change once, after
   /// the first update; see Note [Bucketed reduction]).
   std::vector<int64_t> bucket_sizes() const;

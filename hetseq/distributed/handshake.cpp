@@ -1,5 +1,7 @@
 #include "hetseq/distributed/handshake.h"
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "hetseq/core/error.h"
@@ -15,7 +17,7 @@ nlohmann::json to_json(const WorkerInfo& w) {
           {"task", w.task},
           {"num_params", w.num_params},
           {"model_digest", w.model_digest},
-          {"options_digest", w.options_digest},
+          {"compared", w.compared},
           {"batch_size", w.batch_size},
           {"update_freq", w.update_freq},
           {"valid_batch_size", w.valid_batch_size}};
@@ -30,7 +32,7 @@ WorkerInfo from_json(const nlohmann::json& j) {
   w.task = j.at("task");
   w.num_params = j.at("num_params");
   w.model_digest = j.at("model_digest");
-  w.options_digest = j.at("options_digest");
+  w.compared = j.at("compared").get<std::map<std::string, std::string>>();
   w.batch_size = j.at("batch_size").get<std::vector<int64_t>>();
   w.update_freq = j.at("update_freq").get<std::vector<int64_t>>();
   w.valid_batch_size = j.at("valid_batch_size");
@@ -44,6 +46,30 @@ uint64_t fnv1a(const std::string& s) {
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+// Note [Compared flags]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Ranks that differ in a flag other than the per-rank ones (batch sizes, update-freq, device, rank,
+// paths of logs and traces, ...: see per_rank_flags.h) would train apart without an error, or send
+// their collectives out of step. So every parsed flag, the task's included, is compared at start
+// unless it is declared per-rank: a new flag is checked by default. Some facts stand in for per-rank
+// flags: the resolved backend for --cpu and --distributed-backend, each split's size for --data.
+void check_compared(const WorkerInfo& ref, const WorkerInfo& w) {
+  auto value_of = [](const WorkerInfo& x, const std::string& name) {
+    const auto it = x.compared.find(name);
+    return it == x.compared.end() ? std::string("(not set)") : it->second;
+  };
+  std::set<std::string> names;
+  for (const auto& entry : ref.compared) names.insert(entry.first);
+  for (const auto& entry : w.compared) names.insert(entry.first);
+  for (const auto& name : names) {
+    const std::string ours = value_of(ref, name), theirs = value_of(w, name);
+    if (ours == theirs) continue;
+    throw InputError(fmt::format("rank {} ({}) and rank {} ({}) disagree on {}: rank {} has '{}', rank {} has '{}'; "
+                                 "start every rank with the same value",
+                                 ref.rank, ref.host, w.rank, w.host, name, ref.rank, ours, w.rank, theirs));
+  }
 }
 
 }  // namespace
@@ -86,10 +112,7 @@ std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInf
       throw mismatch("model (parameter count and shapes)", fmt::format("{} parameters, digest {}", ref.num_params, ref.model_digest),
                      fmt::format("{} parameters, digest {}", w.num_params, w.model_digest));
     }
-    if (w.options_digest != ref.options_digest) {
-      throw mismatch("training options (seed, optimizer, learning rate schedule, data, limits)", ref.options_digest,
-                     w.options_digest);
-    }
+    check_compared(ref, w);
   }
   return all;
 }

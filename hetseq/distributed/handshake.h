@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,7 @@
 namespace hetseq {
 
 /// What each rank tells the others at start. The ranks must agree on everything but their own batch
-/// sizes, update frequencies, hosts and devices.
+/// sizes, update frequencies, hosts and devices: see Note [Compared flags].
 struct WorkerInfo {
   int64_t rank = 0;
   int64_t world_size = 1;
@@ -20,7 +21,9 @@ struct WorkerInfo {
   std::string task;
   int64_t num_params = 0;
   std::string model_digest;            // parameter names and shapes (see model_digest)
-  std::string options_digest;          // flags that must match on every rank
+  /// What every rank must have alike: each flag that is not per-rank, by long name, as text, plus
+  /// facts the flags do not show (the resolved backend, each split's dataset size).
+  std::map<std::string, std::string> compared;
   std::vector<int64_t> batch_size;     // [epoch] this rank's --max-sentences (one value today)
   std::vector<int64_t> update_freq;    // [epoch] this rank's --update-freq list
   int64_t valid_batch_size = 0;
@@ -30,8 +33,8 @@ struct WorkerInfo {
 std::string model_digest(const torch::nn::Module& model);
 
 /// Publishes `mine` in the store and reads every rank's info (each read waits up to `timeout`).
-/// Checks that all ranks agree on world size, task, model and options; throws hetseq::InputError
-/// naming the disagreeing ranks and what differs. Returns the infos indexed by rank.
+/// Checks that all ranks agree on world size, task, model and every compared entry; throws
+/// hetseq::InputError naming the entry (the flag), two ranks and their two values. Returns the infos indexed by rank.
 std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInfo& mine,
                                              std::chrono::milliseconds timeout);
 

@@ -12,19 +12,12 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/distributed/per_rank_flags.h"
 
 extern char** environ;
 
 namespace hetseq {
 namespace {
-
-// Flags the launcher sets per worker; their values on the node's command line are dropped.
-const std::set<std::string>& per_worker_flags() {
-  static const std::set<std::string> flags{"--distributed-rank", "--device-id",      "--local_rank",
-                                           "--intra-op-threads", "--max-sentences",  "--batch-size",
-                                           "--distributed-init-method"};
-  return flags;
-}
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
@@ -34,15 +27,16 @@ std::vector<std::string> worker_command_line(const LaunchOptions& o, int64_t i, 
   std::vector<std::string> out{o.argv.front()};
   for (size_t k = 1; k < o.argv.size(); ++k) {
     const std::string& a = o.argv[k];
-    const std::string name = a.substr(0, a.find('='));
-    if (a == "--distributed-no-spawn") continue;
-    if (per_worker_flags().count(name)) {
+    const std::string name = a.rfind("--", 0) == 0 ? a.substr(2, a.find('=') - 2) : std::string();
+    if (a == "--distributed-no-spawn") continue;  // a switch: no value follows
+    if (launcher_set_flags().count(name)) {
       if (a.find('=') == std::string::npos) ++k;  // skip its value too
       continue;
     }
     out.push_back(a);
   }
-  out.insert(out.end(), {"--distributed-no-spawn", "--distributed-rank", std::to_string(o.first_rank + i),
+  out.insert(out.end(), {"--distributed-no-spawn", "--distributed-world-size", std::to_string(o.world_size),
+                         "--distributed-rank", std::to_string(o.first_rank + i),
                          "--device-id", std::to_string(i), "--max-sentences",
                          std::to_string(o.batch_sizes[static_cast<size_t>(i)]), "--distributed-init-method",
                          init_method});
@@ -52,6 +46,11 @@ std::vector<std::string> worker_command_line(const LaunchOptions& o, int64_t i, 
 
 int launch_workers(const LaunchOptions& o) {
   HETSEQ_ASSERT(static_cast<int64_t>(o.batch_sizes.size()) == o.num_workers, "one batch size per local worker");
+  if (o.first_rank + o.num_workers > o.world_size) {
+    throw UsageError(fmt::format("--distributed-world-size {} is too small for this node's {} workers from "
+                                 "--distributed-rank {}; the world needs at least {} ranks",
+                                 o.world_size, o.num_workers, o.first_rank, o.first_rank + o.num_workers));
+  }
   std::string init_method;
   c10::intrusive_ptr<c10d::TCPStore> store;  // kept alive while the workers run
   if (o.host_tcp_store) {
@@ -69,10 +68,7 @@ int launch_workers(const LaunchOptions& o) {
     init_method = fmt::format("tcp://{}:{}", o.store_host, store->getPort());
     log::info("[launcher] rendezvous store listening on {}:{}", o.store_host, store->getPort());
   } else {
-    for (size_t k = 1; k < o.argv.size(); ++k) {
-      if (o.argv[k] == "--distributed-init-method" && k + 1 < o.argv.size()) init_method = o.argv[k + 1];
-      if (o.argv[k].rfind("--distributed-init-method=", 0) == 0) init_method = o.argv[k].substr(26);
-    }
+    init_method = o.init_method;
   }
 
   std::vector<std::string> env_strings;

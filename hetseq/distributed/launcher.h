@@ -9,9 +9,11 @@ namespace hetseq {
 
 /// How a node starts its local workers (HetSeq's --distributed-gpus G --distributed-rank R).
 struct LaunchOptions {
-  std::vector<std::string> argv;        // this process's command line, argv[0] included
+  std::vector<std::string> argv;        // this process's command line, argv[0] included, aliases resolved
   int64_t num_workers = 1;              // G: workers on this node, worker i on device i
   int64_t first_rank = 0;               // R: global rank of worker 0
+  int64_t world_size = 1;               // ranks over all nodes (passed on to every worker)
+  std::string init_method;              // --distributed-init-method the workers use (a tcp:// port 0 is resolved)
   std::vector<int64_t> batch_sizes;     // [worker] --max-sentences of each local worker
   int64_t intra_op_threads = 0;         // per worker; 0 leaves LibTorch's default
   /// When this node holds rank 0 and the init method is tcp://HOST:PORT, the launcher hosts the TCP
@@ -26,8 +28,9 @@ struct LaunchOptions {
 /// Environment variable the launcher sets for its workers when it hosts the TCP store.
 inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
 
-/// The command line of local worker `i`: `argv` without the launcher-level flags, plus
-/// --distributed-no-spawn, its rank, device and batch size.
+/// The command line of local worker `i`: `argv` without the flags the launcher sets
+/// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size and
+/// init method.
 std::vector<std::string> worker_command_line(const LaunchOptions& options, int64_t i, const std::string& init_method);
 
 /// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits

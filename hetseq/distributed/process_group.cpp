@@ -78,6 +78,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
                                                                   static_cast<int>(world_size), gloo_options);
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
       group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+#ifdef HETSEQ_WITH_CUDA
+      // A GPU rank among CPU ranks reduces its CUDA gradients over Gloo too.
+      group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, backend);
+#endif
       return group;
     }
     if (options.backend == "nccl") {

@@ -13,14 +13,14 @@ namespace hetseq {
 struct ProcessGroupOptions {
   std::string backend = "gloo";  // --distributed-backend: gloo (CPU tensors) or nccl (CUDA tensors)
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout, per collective
-  int device_index = 0;          // CUDA device of this rank (nccl)
   /// The rendezvous host (tcp://, env://), when there is one: Gloo listens on the local address
   /// that routes to it. GLOO_SOCKET_IFNAME, when set, names the interface instead.
   std::string master_host;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for
-/// its device type (Gloo for CPU; NCCL for CUDA where LibTorch has CUDA). Throws hetseq::UsageError
+/// its device types (Gloo for CPU and, where LibTorch has CUDA, CUDA tensors; NCCL for CUDA). The
+/// caller makes the rank's CUDA device current first (see World). Throws hetseq::UsageError
 /// for an unknown or unavailable backend, hetseq::InputError when the backend cannot connect.
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options);

@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -65,6 +67,26 @@ void Adadelta::set_hyperparameter(const std::string& name, double value) {
     throw UsageError(fmt::format("adadelta has no hyper-parameter '{}'; it has rho, eps, weight_decay", name));
   }
   options_ = validated(changed);
+}
+
+OptimizerSpec adadelta_spec() {
+  OptimizerSpec spec;
+  spec.name = "adadelta";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Optimizer")
+        ("adadelta_rho", "rho of Adadelta", text_flag(d, "adadelta_rho", "0.9"))
+        ("adadelta_eps", "epsilon of Adadelta", text_flag(d, "adadelta_eps", "1e-6"))
+        ("adadelta_weight_decay", "L2 weight decay of Adadelta", text_flag(d, "adadelta_weight_decay", "0"));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
+    AdadeltaOptions o;
+    o.lr = common.lrs.front();
+    o.rho = flag_number(args, "adadelta_rho");
+    o.eps = flag_number(args, "adadelta_eps");
+    o.weight_decay = flag_number(args, "adadelta_weight_decay");
+    return [o](std::vector<torch::Tensor> params) { return std::make_unique<Adadelta>(std::move(params), o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

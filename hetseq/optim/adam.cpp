@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -74,6 +76,30 @@ void Adam::set_hyperparameter(const std::string& name, double value) {
     throw UsageError(fmt::format("adam has no hyper-parameter '{}'; it has beta1, beta2, eps, weight_decay", name));
   }
   options_ = validated(changed);
+}
+
+OptimizerSpec adam_spec() {
+  OptimizerSpec spec;
+  spec.name = "adam";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Optimizer")
+        ("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", text_flag(d, "adam-betas", "(0.9, 0.999)"))
+        ("adam-eps", "epsilon of Adam", text_flag(d, "adam-eps", "1e-8"));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
+    const auto betas = parse_double_list("--adam-betas", args["adam-betas"].as<std::string>());
+    if (betas.size() != 2) {
+      throw UsageError(fmt::format("--adam-betas: expected two values like '(0.9, 0.999)', got {}", betas.size()));
+    }
+    AdamOptions o;
+    o.lr = common.lrs.front();
+    o.beta1 = betas[0];
+    o.beta2 = betas[1];
+    o.eps = flag_number(args, "adam-eps");
+    o.weight_decay = common.weight_decay;
+    return [o](std::vector<torch::Tensor> params) { return std::make_unique<Adam>(std::move(params), o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

@@ -7,6 +7,8 @@
 #include "hetseq/core/format.h"
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -88,6 +90,24 @@ void Fixed::load_state(const std::map<std::string, double>& state) {
   LrScheduler::load_state(state);
   lr_ = lr;
   warmup_factor_ = warmup_factor;
+}
+
+LrSchedulerSpec fixed_spec() {
+  LrSchedulerSpec spec;
+  spec.name = "fixed";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Learning rate scheduler")
+        ("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", text_flag(d, "lr-shrink", "0.1"));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+    FixedOptions o;
+    o.lrs = common.lrs;
+    o.force_anneal = common.force_anneal;
+    o.lr_shrink = flag_number(args, "lr-shrink");
+    o.warmup_updates = common.warmup_updates;
+    return [o](Optimizer& optimizer) { return std::make_unique<Fixed>(optimizer, o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

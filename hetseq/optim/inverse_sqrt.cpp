@@ -5,6 +5,8 @@
 #include "hetseq/core/format.h"
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -48,6 +50,23 @@ double InverseSqrt::step_update(int64_t num_updates) {
                         : decay_factor_ / std::sqrt(static_cast<double>(num_updates));
   optimizer_.set_lr(lr);
   return optimizer_.lr();
+}
+
+LrSchedulerSpec inverse_sqrt_spec() {
+  LrSchedulerSpec spec;
+  spec.name = "inverse_sqrt";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Learning rate scheduler")
+        ("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", text_flag(d, "warmup-init-lr", ""));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+    InverseSqrtOptions o;
+    o.lrs = common.lrs;
+    o.warmup_updates = common.warmup_updates;
+    if (flag_set(args, "warmup-init-lr")) o.warmup_init_lr = flag_number(args, "warmup-init-lr");
+    return [o](Optimizer& optimizer) { return std::make_unique<InverseSqrt>(optimizer, o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

@@ -7,6 +7,8 @@
 #include "hetseq/core/format.h"
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -24,7 +26,7 @@ void validate(const PolynomialDecayOptions& o) {
   }
   if (o.total_num_update <= o.warmup_updates) {
     throw UsageError(fmt::format("--total-num-update ({}) must be greater than --warmup-updates ({}) for "
-                                 "polynomial_decay",
+                                 "PolynomialDecayScheduler",
                                  o.total_num_update, o.warmup_updates));
   }
   if (!std::isfinite(o.end_learning_rate) || o.end_learning_rate < 0) {
@@ -102,6 +104,32 @@ void PolynomialDecay::load_state(const std::map<std::string, double>& state) {
   LrScheduler::load_state(state);
   lr_ = lr;
   warmup_factor_ = warmup_factor;
+}
+
+LrSchedulerSpec polynomial_decay_spec() {
+  LrSchedulerSpec spec;
+  spec.name = "PolynomialDecayScheduler";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Learning rate scheduler")
+        ("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", text_flag(d, "end-learning-rate", "0"))
+        ("power", "decay power (PolynomialDecayScheduler)", text_flag(d, "power", "1"))
+        ("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)",
+         text_flag(d, "total-num-update", "1000000"));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+    PolynomialDecayOptions o;
+    o.lrs = common.lrs;
+    o.warmup_updates = common.warmup_updates;
+    o.force_anneal = common.force_anneal;
+    o.end_learning_rate = flag_number(args, "end-learning-rate");
+    o.power = flag_number(args, "power");
+    o.total_num_update = flag_integer(args, "total-num-update");
+    if (o.total_num_update <= 0) {
+      throw UsageError(fmt::format("--total-num-update: {} must be a positive integer", o.total_num_update));
+    }
+    return [o](Optimizer& optimizer) { return std::make_unique<PolynomialDecay>(optimizer, o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

@@ -31,7 +31,7 @@ class PolynomialDecay : public LrScheduler {
   /// `--force-anneal` < 1.
   PolynomialDecay(Optimizer& optimizer, PolynomialDecayOptions options);
 
-  std::string name() const override { return "polynomial_decay"; }
+  std::string name() const override { return "PolynomialDecayScheduler"; }
   /// Takes the next epoch's lr from the `--lr` list (lrs[epoch]) and sets warmup_factor * lr.
   double step(int64_t epoch, std::optional<double> val_loss = std::nullopt) override;
   /// Sets the warmup or decayed lr for `num_updates` (closed form above).

@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -64,6 +66,22 @@ void Sgd::set_hyperparameter(const std::string& name, double value) {
     throw UsageError(fmt::format("sgd has no hyper-parameter '{}'; it has momentum, weight_decay", name));
   }
   options_ = validated(changed);
+}
+
+OptimizerSpec sgd_spec() {
+  OptimizerSpec spec;
+  spec.name = "sgd";
+  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
+    parser.add_options("Optimizer")("momentum", "momentum of SGD", text_flag(d, "momentum", "0"));
+  };
+  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
+    SgdOptions o;
+    o.lr = common.lrs.front();
+    o.momentum = flag_number(args, "momentum");
+    o.weight_decay = common.weight_decay;
+    return [o](std::vector<torch::Tensor> params) { return std::make_unique<Sgd>(std::move(params), o); };
+  };
+  return spec;
 }
 
 }  // namespace hetseq::optim

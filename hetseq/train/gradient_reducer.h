@@ -19,6 +19,9 @@ class GradientReducer {
   virtual LogSums finish_update(const LogSums& local) = 0;
   /// Sums statistics over all ranks without touching gradients (validation).
   virtual LogSums reduce_sums(const LogSums& local) = 0;
+  /// Seconds the last update's backward spent waiting on communication after its last gradient was
+  /// ready (0 for one process): the straggler signal, apart from compute.
+  virtual double last_wait_s() const { return 0; }
 };
 
 /// One process: the local gradient and sums are already the totals.

@@ -158,7 +158,7 @@ TEST_CASE("a rank that never arrives is named in the error", "[distributed][mult
   CHECK_THAT(r.err, Catch::Contains("rank(s) 1 of 2 never arrived"));
 }
 
-TEST_CASE("ranks that disagree on world size or model or options get a clear error", "[distributed][multiprocess]") {
+TEST_CASE("ranks that disagree on world size or model get a clear error", "[distributed][multiprocess]") {
   TempDir dir;
   SECTION("world size") {
     const auto results = run_processes(
@@ -192,20 +192,7 @@ TEST_CASE("ranks that disagree on world size or model or options get a clear err
       CHECK_THAT(r.err, Catch::Contains("disagree on model") && Catch::Contains("rank 1"));
     }
   }
-  SECTION("options") {
-    const auto results = run_processes(
-        {with(base_args(dir / "b", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
-                                        "0", "--distributed-init-method", "file://" + (dir / "rdv2")}),
-         with(base_args(dir / "b", 5), {"--max-sentences", "8", "--distributed-world-size", "2", "--distributed-rank",
-                                        "1", "--distributed-init-method", "file://" + (dir / "rdv2"), "--lr", "0.5"})},
-        120s);
-    for (const auto& r : results) {
-      INFO(r.err);
-      CHECK(!r.timed_out);
-      CHECK(r.exit_code == 1);
-      CHECK_THAT(r.err, Catch::Contains("disagree on training options") && Catch::Contains("lr=0.5"));
-    }
-  }
+  // Ranks that differ in a flag: tests/cli/test_world_cli.cpp.
 }
 
 TEST_CASE("with unequal batches and update-freqs every sample of an epoch is used exactly once",

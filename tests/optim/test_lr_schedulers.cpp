@@ -51,7 +51,7 @@ TEST_CASE("polynomial_decay warms up and decays as HetSeq does", "[lr]") {
       o.end_learning_rate = 1e-5;
       o.power = power;
       PolynomialDecay sched(f.sgd, o);
-      CHECK(sched.name() == "polynomial_decay");
+      CHECK(sched.name() == "PolynomialDecayScheduler");
       CHECK(f.sgd.lr() == Approx(1e-4));  // warmup factor 1/10 from the start
 
       const auto decayed = [&](int64_t n) {

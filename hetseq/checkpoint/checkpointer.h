@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/data/data_plan.h"
+#include "hetseq/data/epoch_batch_iterator.h"
+#include "hetseq/train/controller.h"
+
+namespace hetseq {
+
+/// What the Checkpointer records besides the training state.
+struct CheckpointerOptions {
+  CheckpointSaveOptions save;  // --save-dir, intervals, retention, best metric
+  int64_t rank = 0;            // only rank 0 writes
+  std::string task;            // --task
+  std::string model_digest;    // see model_digest()
+  std::string options;         // the compared flags, as text, for the record
+};
+
+/// Saves checkpoints with one call: which files (last, epoch, update, best), the best metric, the
+/// retention flags, and the log line. Every rank calls save() at the same points (so that they agree
+/// on when the last save was); only rank 0 writes.
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointerOptions options, std::optional<double> best);
+
+  /// Whether an update count inside an epoch (--save-interval-updates) takes a checkpoint.
+  bool due_after_update(int64_t num_updates) const;
+  /// Whether the end of `epoch` (--save-interval) takes a checkpoint.
+  bool due_after_epoch(int64_t epoch) const;
+  /// Whether a save at the current update count would write something new.
+  bool saved_at(int64_t num_updates) const { return last_saved_ == num_updates; }
+  bool enabled() const { return !options_.save.no_save; }
+
+  /// Saves the training state of `controller` at `point`; `next` is where training continues and
+  /// `plan` the data plan of the epoch being trained.
+  void save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan);
+
+ private:
+  CheckpointerOptions options_;
+  CheckpointManager manager_;
+  int64_t last_saved_ = -1;  // num_updates of the last save
+};
+
+}  // namespace hetseq

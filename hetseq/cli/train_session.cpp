@@ -1,0 +1,251 @@
+#include "hetseq/cli/train_session.h"
+
+#include <unistd.h>
+
+#include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/optimizer_overrides.h"
+#include "hetseq/checkpoint/training_state.h"
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/handshake.h"
+#include "hetseq/optim.h"
+#include "hetseq/task/task_registry.h"
+#include "hetseq/train/progress_observer.h"
+#include "hetseq/train/sample_id_observer.h"
+#include "hetseq/train/straggler_report.h"
+
+namespace hetseq::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A batch size rounded down to a multiple of --required-batch-size-multiple (when it is at least one
+// multiple), as HetSeq batches.
+int64_t round_batch_size(int64_t b, int64_t multiple) { return b >= multiple ? b / multiple * multiple : b; }
+
+// --restore-file: a bare file name lies in --save-dir; anything with a '/' is a path.
+fs::path restore_path_of(const CheckpointOptions& ck) {
+  if (ck.restore_file.find('/') == std::string::npos) return fs::path(ck.save.save_dir) / ck.restore_file;
+  return ck.restore_file;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string as_text(const std::map<std::string, std::string>& compared) {
+  std::string out;
+  for (const auto& [k, v] : compared) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
+  return out;
+}
+
+}  // namespace
+
+TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& parser,
+                           const cxxopts::ParseResult& args, World& world)
+    : o_(options), world_(world) {
+  if (o_.dataset.max_sentences.size() != 1) {
+    throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
+                                 o_.dataset.max_sentences.size()));
+  }
+  build_model(args);
+  load_data();
+  std::map<std::string, std::string> compared = compared_flags(parser, args);
+  compared["backend (from --cpu and --distributed-backend)"] = world_.backend();
+  compared[fmt::format("size of the training split '{}' (from --data)", o_.dataset.train_subset)] =
+      std::to_string(train_data_->size());
+  for (const auto& [split, data] : valid_data_) {
+    compared[fmt::format("size of the validation split '{}' (from --data)", split)] = std::to_string(data->size());
+  }
+  join(compared);
+  build_controller();
+  resume();
+  build_loop(compared);
+}
+
+void TrainSession::build_model(const cxxopts::ParseResult& args) {
+  TaskContext context;
+  context.device = world_.device();
+  context.seed = o_.common.seed;
+  task_ = TaskRegistry::global().get(o_.common.task).create(args, context);
+  const CheckpointOptions& ck = o_.checkpoint;
+  if (!ck.save.no_save && world_.rank() == 0) {
+    ensure_writable_dir(ck.save.save_dir, "--save-dir");
+    if (const int n = remove_stale_temporaries(ck.save.save_dir); n > 0) {
+      log::info("[checkpoint] removed {} temporary file(s) that an interrupted save left in {}", n, ck.save.save_dir);
+    }
+  }
+  torch::manual_seed(o_.common.seed);
+  model_ = task_->build_model();
+  model_->to(world_.device());
+  int64_t num_params = 0;
+  for (const auto& p : model_->parameters()) num_params += p.numel();
+  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o_.common.task, num_params,
+            world_.device().str(), torch::get_num_threads());
+  digest_ = model_digest(*model_);
+
+  // Resume: every rank reads the checkpoint itself (--save-dir is on a filesystem the nodes share) and
+  // the ranks check in resume() that they restored the same state.
+  restore_path_ = restore_path_of(ck).string();
+  if (fs::exists(restore_path_)) {
+    resumed_ = load_checkpoint(restore_path_);
+    check_checkpoint_fits(*resumed_, o_.common.task, digest_, restore_path_);
+    load_model_tensors(*model_, resumed_->model, restore_path_);
+  } else if (ck.restore_file_given) {
+    throw InputError(fmt::format("--restore-file {}: no such file ({}); pass an existing checkpoint, or leave the flag "
+                                 "out to start afresh when checkpoint_last.pt is missing",
+                                 ck.restore_file, restore_path_));
+  }
+}
+
+void TrainSession::load_data() {
+  train_data_ = task_->load_dataset(o_.dataset.train_subset);
+  if (o_.dataset.disable_validation) return;
+  for (const auto& split : o_.dataset.valid_subsets) valid_data_[split] = task_->load_dataset(split);
+}
+
+// The start handshake: every rank's data plan, and every compared flag checked (Note [Compared flags]).
+void TrainSession::join(const std::map<std::string, std::string>& compared) {
+  WorkerInfo mine;
+  mine.host = host_name();
+  mine.device = world_.device().str();
+  mine.task = o_.common.task;
+  for (const auto& p : model_->parameters()) mine.num_params += p.numel();
+  mine.model_digest = digest_;
+  mine.compared = compared;
+  const int64_t batch_size = round_batch_size(o_.dataset.max_sentences[0], o_.dataset.required_batch_size_multiple);
+  mine.batch_size = {batch_size};
+  mine.update_freq = o_.optimization.update_freq;
+  mine.valid_batch_size = o_.dataset.max_sentences_valid.value_or(batch_size);
+  std::vector<int64_t> batch_sizes, valid_batch_sizes;  // [rank]
+  std::vector<std::vector<int64_t>> update_freqs;       // [rank][epoch]
+  for (const auto& w : world_.join(mine)) {
+    batch_sizes.push_back(w.batch_size.front());
+    valid_batch_sizes.push_back(w.valid_batch_size);
+    update_freqs.push_back(w.update_freq);
+    if (world_.distributed()) {
+      log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}", w.rank, w.host, w.device,
+                w.batch_size.front(), fmt::join(w.update_freq, ","));
+    }
+  }
+  schedule_ = std::make_unique<PlanSchedule>(batch_sizes, update_freqs, valid_batch_sizes, world_.rank());
+  if (!world_.distributed()) {
+    reducer_ = std::make_shared<LocalReducer>();
+    return;
+  }
+  DdpOptions ddp;
+  ddp.bucket_cap_mb = o_.distributed.bucket_cap_mb;
+  ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
+  ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
+  reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
+}
+
+void TrainSession::build_controller() {
+  auto optimizer = o_.optimization.make_optimizer(model_->parameters());
+  auto scheduler = o_.optimization.make_lr_scheduler(*optimizer);
+  ControllerOptions copts;
+  copts.clip_norm = o_.optimization.clip_norm;
+  copts.seed = o_.common.seed;
+  copts.rank = world_.rank();
+  copts.device = world_.device();
+  const MixedPrecisionOptions& mp = o_.mixed_precision;
+  copts.precision = mp.precision;
+  if (mp.precision == Precision::kFloat16) {
+    LossScalerOptions scaler = mp.scaler;
+    scaler.scale_window = mp.scale_window.value_or(
+        MixedPrecisionOptions::default_scale_window(schedule_->micro_batches_per_update(1)));
+    copts.loss_scaling = scaler;
+    log::info("[fp16] float16 forward passes (autocast on {}); loss scale {}, doubled after {} updates without "
+              "overflow, halved on overflow{}",
+              world_.device().str(), scaler.init_scale, scaler.scale_window,
+              scaler.threshold ? fmt::format(" (not below {})", *scaler.threshold) : "");
+  } else if (mp.precision == Precision::kBFloat16) {
+    log::info("[bf16] bfloat16 forward passes (autocast on {})", world_.device().str());
+  }
+  controller_ = std::make_unique<Controller>(*task_, model_, std::move(optimizer), std::move(scheduler), reducer_,
+                                             copts);
+}
+
+void TrainSession::resume() {
+  const CheckpointOptions& ck = o_.checkpoint;
+  if (!resumed_) {
+    if (!ck.optimizer_overrides.empty()) apply_optimizer_overrides(controller_->optimizer(), ck.optimizer_overrides);
+  } else {
+    ResumeOptions resume;
+    resume.reset_dataloader = ck.reset_dataloader;
+    resume.reset_lr_scheduler = ck.reset_lr_scheduler;
+    resume.reset_meters = ck.reset_meters;
+    resume.reset_optimizer = ck.reset_optimizer;
+    resume.optimizer_overrides = ck.optimizer_overrides;
+    start_ = restore_checkpoint(*controller_, *resumed_, resume, restore_path_);
+    log::info("[checkpoint] resumed from {}: {} updates done, continuing in epoch {} at sample {} of its order",
+              restore_path_, controller_->num_updates(), start_.epoch, start_.offset);
+    const DataPlan now = schedule_->train_plan(start_.epoch);
+    if (!(resumed_->data_plan == SavedDataPlan{now.batch_sizes, now.update_freqs})) {
+      log::info("[checkpoint] the data plan changed: saved with batch sizes [{}] and update-freqs [{}] on {} rank(s), "
+                "now [{}] and [{}] on {}; the epoch continues from the same sample, none repeated or skipped",
+                fmt::join(resumed_->data_plan.batch_sizes, ","), fmt::join(resumed_->data_plan.update_freqs, ","),
+                resumed_->data_plan.batch_sizes.size(), fmt::join(now.batch_sizes, ","),
+                fmt::join(now.update_freqs, ","), now.batch_sizes.size());
+    }
+  }
+  if (!world_.distributed()) return;
+  CaptureContext capture;
+  capture.next = start_;
+  capture.task = o_.common.task;
+  capture.model_digest = digest_;
+  capture.with_optimizer_state = !ck.save.no_save_optimizer_state;
+  check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
+                    state_digest(capture_checkpoint(*controller_, capture)),
+                    "the training state at start (model, optimizer, schedule, position)",
+                    "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
+                    "share, or give every node the same --restore-file",
+                    world_.timeout());
+}
+
+void TrainSession::build_loop(const std::map<std::string, std::string>& compared) {
+  const CheckpointOptions& ck = o_.checkpoint;
+  ValidatorOptions vopts;
+  vopts.device = world_.device();
+  vopts.precision = o_.mixed_precision.precision;
+  vopts.num_workers = o_.dataset.num_workers;
+  validator_ = std::make_unique<Validator>(*task_, reducer_, schedule_->valid_plan(), vopts);
+  CheckpointerOptions copts;
+  copts.save = ck.save;
+  copts.rank = world_.rank();
+  copts.task = o_.common.task;
+  copts.model_digest = digest_;
+  copts.options = as_text(compared);
+  checkpointer_ = std::make_unique<Checkpointer>(copts, resumed_ ? resumed_->best : std::nullopt);
+
+  TrainingLoopParts parts{controller_.get(), schedule_.get(), reducer_, train_data_, valid_data_,
+                          validator_.get(), checkpointer_.get()};
+  TrainingLoopOptions lopts;
+  lopts.max_epoch = o_.optimization.max_epoch;
+  lopts.max_update = o_.optimization.max_update;
+  lopts.min_lr = o_.optimization.min_lr;
+  lopts.valid_subsets = o_.dataset.valid_subsets;
+  lopts.validate_interval = o_.dataset.validate_interval;
+  lopts.disable_validation = o_.dataset.disable_validation;
+  lopts.best_checkpoint_metric = ck.save.best_checkpoint_metric;
+  lopts.order.seed = o_.common.seed;
+  lopts.order.curriculum = o_.dataset.curriculum;
+  lopts.num_workers = o_.dataset.num_workers;
+  lopts.continue_epoch_meters = !ck.reset_meters;
+  loop_ = std::make_unique<TrainingLoop>(parts, lopts);
+
+  const bool rank0 = world_.rank() == 0;
+  progress_ = std::make_unique<ProgressLogger>(rank0 ? o_.common.log_format : LogFormat::kNone,
+                                               rank0 && !o_.common.no_progress_bar && ::isatty(fileno(stdout)),
+                                               o_.common.log_interval);
+  loop_->add_observer(std::make_shared<ProgressObserver>(*progress_, *controller_));
+  if (ck.dump_sample_ids) loop_->add_observer(std::make_shared<SampleIdObserver>(*ck.dump_sample_ids, world_.rank()));
+  if (world_.distributed() && o_.distributed.log_all_ranks) {
+    loop_->add_observer(std::make_shared<StragglerReport>(o_.common.log_interval));
+  }
+}
+
+}  // namespace hetseq::cli

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpointer.h"
+#include "hetseq/cli/train_options.h"
+#include "hetseq/data/plan_schedule.h"
+#include "hetseq/distributed/world.h"
+#include "hetseq/task/task.h"
+#include "hetseq/train/controller.h"
+#include "hetseq/train/progress.h"
+#include "hetseq/train/training_loop.h"
+#include "hetseq/train/validator.h"
+
+namespace hetseq::cli {
+
+/// One rank's training as hetseq-train builds it from its command line: the task, model and data, the
+/// world's data plans (after the start handshake), the Controller (optimizer, schedule, reducer,
+/// precision), the resumed state, the Validator, the Checkpointer and the loop with its observers.
+/// See docs/DESIGN.md, "The path of one update".
+class TrainSession {
+ public:
+  /// Builds everything and joins `world` (which stays the caller's). Throws hetseq::UsageError or
+  /// hetseq::InputError naming the flag, file or rank.
+  TrainSession(const TrainOptions& options, const cxxopts::Options& parser, const cxxopts::ParseResult& args,
+               World& world);
+  /// Trains until a limit; returns the last epoch trained.
+  int64_t run() { return loop_->run(start_); }
+
+ private:
+  void build_model(const cxxopts::ParseResult& args);
+  void load_data();
+  void join(const std::map<std::string, std::string>& compared);
+  void build_controller();
+  void resume();
+  void build_loop(const std::map<std::string, std::string>& compared);
+
+  const TrainOptions& o_;
+  World& world_;
+  std::unique_ptr<Task> task_;
+  std::shared_ptr<torch::nn::Module> model_;
+  std::string digest_;
+  std::shared_ptr<Dataset> train_data_;
+  std::map<std::string, std::shared_ptr<Dataset>> valid_data_;  // [split]
+  std::optional<Checkpoint> resumed_;
+  std::string restore_path_;
+  std::unique_ptr<PlanSchedule> schedule_;
+  std::shared_ptr<GradientReducer> reducer_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Validator> validator_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<ProgressLogger> progress_;
+  std::unique_ptr<TrainingLoop> loop_;
+  IteratorPosition start_{1, 0};
+};
+
+}  // namespace hetseq::cli

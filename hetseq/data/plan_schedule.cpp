@@ -1,0 +1,96 @@
+#include "hetseq/data/plan_schedule.h"
+
+#include <algorithm>
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+namespace {
+
+int64_t for_epoch(const std::vector<int64_t>& values, int64_t epoch) {
+  return values[std::min<size_t>(static_cast<size_t>(epoch - 1), values.size() - 1)];
+}
+
+}  // namespace
+
+// Note [Plan schedule]
+// ~~~~~~~~~~~~~~~~~~~~
+// An update consumes the next U = sum_r u_r * b_r samples of the epoch's permutation (Note [Data
+// plan]). The position inside the epoch is one offset into that permutation, so the split of U
+// across ranks may change between any two updates: the next update still takes the next U samples,
+// only the cut between ranks moves. With U fixed, step k of the epoch is the same set of samples
+// whatever the split, every sample is used once per epoch, and the number of updates per epoch and
+// the LR schedule stay what the user configured. set_split therefore refuses a split with another U.
+// The split stays in force across epochs as long as the configured U of the epoch (from the
+// --update-freq lists) equals its U; an epoch with another U starts from the configured plan.
+PlanSchedule::PlanSchedule(std::vector<int64_t> batch_sizes, std::vector<std::vector<int64_t>> update_freqs,
+                           std::vector<int64_t> valid_batch_sizes, int64_t rank)
+    : batch_sizes_(std::move(batch_sizes)),
+      update_freqs_(std::move(update_freqs)),
+      valid_batch_sizes_(std::move(valid_batch_sizes)),
+      rank_(rank) {
+  if (batch_sizes_.size() != update_freqs_.size() || batch_sizes_.size() != valid_batch_sizes_.size()) {
+    throw UsageError(fmt::format("plan schedule: {} batch sizes, {} update-freq lists and {} validation batch sizes; "
+                                 "give one of each per rank",
+                                 batch_sizes_.size(), update_freqs_.size(), valid_batch_sizes_.size()));
+  }
+  for (size_t r = 0; r < update_freqs_.size(); ++r) {
+    if (update_freqs_[r].empty()) throw UsageError(fmt::format("--update-freq: rank {} has an empty list", r));
+    for (int64_t u : update_freqs_[r]) {
+      if (u <= 0) throw UsageError(fmt::format("--update-freq: rank {} has {}; it must be positive", r, u));
+    }
+  }
+  train_plan(1).validate();
+  valid_plan().validate();
+}
+
+DataPlan PlanSchedule::configured(int64_t epoch) const {
+  DataPlan plan;
+  plan.batch_sizes = batch_sizes_;
+  for (const auto& uf : update_freqs_) plan.update_freqs.push_back(for_epoch(uf, epoch));
+  plan.rank = rank_;
+  plan.validate();
+  return plan;
+}
+
+DataPlan PlanSchedule::train_plan(int64_t epoch) const {
+  DataPlan plan = configured(epoch);
+  if (split_ && split_->samples_per_update() == plan.samples_per_update()) return *split_;
+  return plan;
+}
+
+DataPlan PlanSchedule::valid_plan() const {
+  DataPlan plan;
+  plan.batch_sizes = valid_batch_sizes_;
+  plan.update_freqs.assign(valid_batch_sizes_.size(), 1);
+  plan.rank = rank_;
+  return plan;
+}
+
+void PlanSchedule::set_split(int64_t epoch, std::vector<int64_t> batch_sizes, std::vector<int64_t> update_freqs) {
+  const DataPlan before = train_plan(epoch);
+  DataPlan after;
+  after.batch_sizes = std::move(batch_sizes);
+  after.update_freqs = std::move(update_freqs);
+  after.rank = rank_;
+  if (after.batch_sizes.size() != before.batch_sizes.size()) {
+    throw UsageError(fmt::format("plan schedule: a split for {} ranks in a world of {}", after.batch_sizes.size(),
+                                 before.batch_sizes.size()));
+  }
+  after.validate();
+  if (after.samples_per_update() != before.samples_per_update()) {
+    throw UsageError(fmt::format("plan schedule: the new split takes {} samples per update, the run takes {}; a split "
+                                 "may move samples between ranks but not change their total (see Note [Plan schedule])",
+                                 after.samples_per_update(), before.samples_per_update()));
+  }
+  split_ = std::move(after);
+  ++version_;
+}
+
+int64_t PlanSchedule::micro_batches_per_update(int64_t epoch) const {
+  int64_t total = 0;
+  for (int64_t u : train_plan(epoch).update_freqs) total += u;
+  return total;
+}
+
+}  // namespace hetseq

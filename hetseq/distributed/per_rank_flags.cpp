@@ -1,0 +1,27 @@
+#include "hetseq/distributed/per_rank_flags.h"
+
+namespace hetseq {
+
+const std::set<std::string>& per_rank_flags() {
+  static const std::set<std::string> flags{
+      // what a rank computes with: its share of each update, its device, its threads
+      "max-sentences", "max-sentences-valid", "update-freq", "device-id", "cpu", "distributed-backend",
+      "intra-op-threads", "num-workers",
+      // who it is and how it finds the others (the world size and backend are compared as resolved)
+      "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
+      "distributed-world-size", "distributed-timeout",
+      // paths that differ by mount point (the data's sizes and the restored state are compared instead)
+      "data", "save-dir", "restore-file", "dump-sample-ids",
+      // how it reports
+      "log-format", "log-interval", "no-progress-bar", "log-all-ranks", "help"};
+  return flags;
+}
+
+const std::set<std::string>& launcher_set_flags() {
+  static const std::set<std::string> flags{"distributed-rank", "device-id", "intra-op-threads", "max-sentences",
+                                           "distributed-init-method", "distributed-world-size",
+                                           "distributed-no-spawn"};
+  return flags;
+}
+
+}  // namespace hetseq

@@ -1,0 +1,108 @@
+#include "hetseq/distributed/world.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/cuda.h>
+#ifdef HETSEQ_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/distributed/launcher.h"
+#include "hetseq/distributed/process_group.h"
+
+namespace hetseq {
+namespace {
+
+std::atomic<bool> g_joined{false};  // a distributed World of this process has joined
+
+[[noreturn]] void exit_at_once(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+// Whether the flags and the environment make this worker one of several.
+bool is_distributed(const WorldOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.world_size.value_or(1) > 1) return true;
+  if (o.init_method == "env://") return env.count("WORLD_SIZE") != 0;
+  if (o.init_method.empty()) return env.count("SLURM_NTASKS") != 0 && env.at("SLURM_NTASKS") != "1";
+  return false;
+}
+
+}  // namespace
+
+// Note [Joining a world]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A worker joins in two steps. The constructor only reads: the flags and the environment (env:// as
+// torchrun sets it, Slurm's variables) give the rank, the world size and the local rank, hence the
+// device (local rank i uses CUDA device i), which is made current at once, before any process group
+// or CUDA context exists, so that NCCL and every allocation land on this worker's GPU. The task and
+// model are built next, on that device; join() then needs them only for the start handshake (model
+// digest, compared flags, data plan). join() runs rendezvous (store and start barrier), handshake and
+// process group; leave() runs the final barrier and exits at once, because Gloo's teardown has been
+// seen to spin for minutes. Gloo is registered for CPU and, where LibTorch has CUDA, CUDA tensors, so
+// that a GPU rank can train with CPU ranks over Gloo.
+World::World(const WorldOptions& o) : timeout_(o.timeout) {
+  const auto environment = process_environment();
+  distributed_ = is_distributed(o, environment);
+  rendezvous_.init_method = o.init_method;
+  rendezvous_.world_size = o.world_size;
+  rendezvous_.rank = o.rank;
+  rendezvous_.timeout = o.timeout;
+  if (distributed_) {
+    const InitMethod method = parse_init_method(o.init_method, environment);
+    const bool from_environment = method.kind == InitMethod::Kind::kEnv || method.kind == InitMethod::Kind::kSlurm;
+    if (from_environment && !o.rank_given) rendezvous_.rank.reset();  // RANK / SLURM_PROCID say
+    resolve_ranks(method, environment, rendezvous_, local_rank_);
+    rendezvous_.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0;
+    if (method.kind != InitMethod::Kind::kFile) master_host_ = method.host;
+  } else {
+    rendezvous_.world_size = 1;
+    rendezvous_.rank = 0;
+  }
+  rank_ = *rendezvous_.rank;
+  world_size_ = *rendezvous_.world_size;
+  const int64_t device_index = local_rank_.value_or(o.device_id);
+  if (!o.cpu && torch::cuda::is_available()) {
+    if (device_index >= static_cast<int64_t>(torch::cuda::device_count())) {
+      throw UsageError(fmt::format("--device-id {}: this node has {} CUDA device(s)", device_index,
+                                   torch::cuda::device_count()));
+    }
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+#ifdef HETSEQ_WITH_CUDA
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
+#endif
+  }
+  backend_ = !o.backend.empty() ? o.backend : (device_.is_cuda() ? "nccl" : "gloo");
+}
+
+std::vector<WorkerInfo> World::join(WorkerInfo mine) {
+  mine.rank = rank_;
+  mine.world_size = world_size_;
+  if (!distributed_) return {mine};
+  joined_ = rendezvous(rendezvous_);
+  g_joined = true;
+  auto infos = exchange_worker_info(*joined_->store, mine, timeout_);
+  ProcessGroupOptions pg;
+  pg.backend = backend_;
+  pg.timeout = timeout_;
+  pg.master_host = master_host_;
+  group_ = make_process_group(joined_->store, rank_, world_size_, pg);
+  return infos;
+}
+
+void World::leave(int exit_code) {
+  if (!joined_) return;
+  leave_rendezvous(*joined_, timeout_);
+  exit_at_once(exit_code);
+}
+
+void World::abandon(int exit_code) {
+  if (g_joined) exit_at_once(exit_code);
+}
+
+}  // namespace hetseq

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+
+#include "hetseq/distributed/handshake.h"
+#include "hetseq/distributed/rendezvous.h"
+
+namespace hetseq {
+
+/// How a worker joins its world: HetSeq's distributed flags, as one worker sees them.
+struct WorldOptions {
+  std::string init_method;            // --distributed-init-method (empty: Slurm's variables, or none)
+  std::optional<int64_t> world_size;  // --distributed-world-size
+  int64_t rank = 0;                   // --distributed-rank: this worker's global rank
+  bool rank_given = false;            // whether --distributed-rank was on the command line
+  int64_t device_id = 0;              // --device-id: this worker's device on its node
+  bool cpu = false;                   // --cpu
+  std::string backend;                // --distributed-backend (empty: nccl on CUDA, else gloo)
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout
+};
+
+/// The ranks of a run and how they talk: rank, world size, this worker's device, and, once joined,
+/// the store and the c10d process group. A single process is the trivial World (world size 1, no
+/// store, no group). See Note [Joining a world].
+class World {
+ public:
+  /// Resolves rank, world size, local rank and device from `options` and the environment (env://,
+  /// Slurm) without talking to anyone. On CUDA, makes the worker's device current before any process
+  /// group exists. Throws hetseq::UsageError on a conflict or a rank outside the world.
+  explicit World(const WorldOptions& options);
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  /// Rendezvous, start handshake (every rank's `mine` compared, see exchange_worker_info) and process
+  /// group. Returns every rank's info [rank]; for a single process, just `mine`. Throws
+  /// hetseq::InputError naming the ranks that disagree or never arrived.
+  std::vector<WorkerInfo> join(WorkerInfo mine);
+
+  /// Ends the run: waits for every rank at the final barrier, then leaves the process at once with
+  /// `exit_code` (Gloo's teardown has been seen to spin for minutes). A single process just returns.
+  void leave(int exit_code = 0);
+  /// On an error path: if this process joined a distributed world, leaves at once with `exit_code`
+  /// without waiting for peers (they fail within their collective timeout). Otherwise returns.
+  static void abandon(int exit_code);
+
+  bool distributed() const { return distributed_; }
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+  std::optional<int64_t> local_rank() const { return local_rank_; }
+  torch::Device device() const { return device_; }
+  /// The collective backend: --distributed-backend, else nccl on CUDA, else gloo.
+  const std::string& backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// The rendezvous store (null before join() and for a single process).
+  c10::intrusive_ptr<c10d::Store> store() const { return joined_ ? joined_->store : nullptr; }
+  /// The process group (null before join() and for a single process).
+  c10::intrusive_ptr<c10d::ProcessGroup> group() const { return group_; }
+
+ private:
+  bool distributed_ = false;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  std::optional<int64_t> local_rank_;
+  torch::Device device_ = torch::kCPU;
+  std::string backend_;
+  std::chrono::milliseconds timeout_;
+  RendezvousOptions rendezvous_;
+  std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
+  std::optional<Rendezvous> joined_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+};
+
+}  // namespace hetseq

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <torch/types.h>
+
+#include "hetseq/optim/lr_scheduler.h"
+#include "hetseq/optim/optimizer.h"
+
+namespace hetseq::optim {
+
+/// Builds the configured optimizer over a model's parameters.
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<torch::Tensor> params)>;
+/// Builds the configured LR schedule over an optimizer.
+using LrSchedulerFactory = std::function<std::unique_ptr<LrScheduler>(Optimizer& optimizer)>;
+
+/// The flags that several optimizers or schedules read, defined once in the driver's groups.
+struct CommonOptimFlags {
+  std::vector<double> lrs;              // --lr, one per epoch
+  double weight_decay = 0;              // --weight-decay (adam: decoupled; sgd: L2)
+  int64_t warmup_updates = 0;           // --warmup-updates
+  std::optional<int64_t> force_anneal;  // --force-anneal
+};
+
+/// The default of flag `name` for the --task being run: the task's (TaskSpec::defaults) when it sets
+/// one, else `general` ("" for a flag without default).
+using DefaultOf = std::function<std::string(const std::string& name, const std::string& general)>;
+
+/// How an optimizer presents itself (like a TaskSpec): its --optimizer name, its own flags, and how
+/// they are read. `configure` reads and validates its flags (hetseq::UsageError naming the flag)
+/// before any work starts, and returns the factory used once the model exists.
+struct OptimizerSpec {
+  std::string name;
+  std::function<void(cxxopts::Options&, const DefaultOf&)> add_options;  // its flags, in the "Optimizer" group
+  std::function<OptimizerFactory(const cxxopts::ParseResult&, const CommonOptimFlags&)> configure;
+};
+
+/// How an LR schedule presents itself: its --lr-scheduler name, its own flags, and how they are read.
+struct LrSchedulerSpec {
+  std::string name;
+  std::function<void(cxxopts::Options&, const DefaultOf&)> add_options;  // in the "Learning rate scheduler" group
+  std::function<LrSchedulerFactory(const cxxopts::ParseResult&, const CommonOptimFlags&)> configure;
+};
+
+/// Specs by name, for one flag (--optimizer or --lr_scheduler).
+template <class Spec>
+class Registry {
+ public:
+  explicit Registry(std::string flag) : flag_(std::move(flag)) {}
+  /// Adds a spec; throws hetseq::InternalError when the name is taken.
+  void add(Spec spec);
+  /// The spec called `name`; throws hetseq::UsageError naming the flag and the known names otherwise.
+  const Spec& get(const std::string& name) const;
+  std::vector<std::string> names() const;
+  /// Adds every spec's flags to `parser`.
+  void add_options(cxxopts::Options& parser, const DefaultOf& default_of) const {
+    for (const auto& entry : specs_) entry.second.add_options(parser, default_of);
+  }
+
+ private:
+  std::string flag_;
+  std::map<std::string, Spec> specs_;
+};
+
+/// The optimizers (adam, adadelta, sgd) and LR schedules (PolynomialDecayScheduler, fixed,
+/// inverse_sqrt), registered by name; each one's flags are defined, read and validated in its own file.
+Registry<OptimizerSpec>& optimizers();
+Registry<LrSchedulerSpec>& lr_schedulers();
+
+/// Reads the value of flag `name` as a number (hetseq::UsageError naming --name otherwise).
+double flag_number(const cxxopts::ParseResult& args, const std::string& name);
+/// Reads the value of flag `name` as an integer (hetseq::UsageError naming --name otherwise).
+int64_t flag_integer(const cxxopts::ParseResult& args, const std::string& name);
+/// Whether flag `name` has a value (given, or a default).
+bool flag_set(const cxxopts::ParseResult& args, const std::string& name);
+/// A text flag's value: with `default_of(name, general)` as default, or none when that is "".
+std::shared_ptr<cxxopts::Value> text_flag(const DefaultOf& default_of, const std::string& name,
+                                          const std::string& general);
+
+}  // namespace hetseq::optim

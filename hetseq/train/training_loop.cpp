@@ -1,0 +1,152 @@
+#include "hetseq/train/training_loop.h"
+
+#include <chrono>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+
+namespace hetseq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The value of statistic `name` among validation `stats`; throws hetseq::UsageError naming
+// --best-checkpoint-metric when validation reports no such statistic.
+double find_stat(const std::vector<Stat>& stats, const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& s : stats) {
+    if (s.name == name) return s.value;
+    names.push_back(s.name);
+  }
+  throw UsageError(fmt::format("--best-checkpoint-metric {}: validation reports no such statistic; it reports {}", name,
+                               fmt::join(names, ", ")));
+}
+
+}  // namespace
+
+TrainingLoop::TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options)
+    : parts_(std::move(parts)), options_(std::move(options)) {
+  HETSEQ_ASSERT(parts_.controller && parts_.schedule && parts_.reducer && parts_.train_data,
+                "TrainingLoop built with a null part");
+  HETSEQ_ASSERT(options_.disable_validation || parts_.validator, "validation on, but no Validator");
+}
+
+bool TrainingLoop::limits_reached(double lr, int64_t epoch) const {
+  const int64_t max_epoch = options_.max_epoch > 0 ? options_.max_epoch : std::numeric_limits<int64_t>::max();
+  const int64_t max_update = options_.max_update > 0 ? options_.max_update : std::numeric_limits<int64_t>::max();
+  return lr <= options_.min_lr || epoch > max_epoch || parts_.controller->num_updates() >= max_update;
+}
+
+int64_t TrainingLoop::run(IteratorPosition start) {
+  stream_ = std::make_unique<UpdateStream>(
+      EpochBatchIterator(parts_.train_data->size(), parts_.schedule->train_plan(start.epoch), options_.order),
+      std::make_shared<BatchLoader>(parts_.train_data, options_.num_workers));
+  stream_->restore(start);
+  plan_version_ = parts_.schedule->version();
+  resumed_inside_epoch_ = start.offset > 0 && options_.continue_epoch_meters;
+  log::info("[train] {} training samples, {} samples per update over {} rank(s), {} updates per epoch",
+            parts_.train_data->size(), stream_->iterator().plan().samples_per_update(),
+            parts_.schedule->world_size(), stream_->iterator().updates_per_epoch());
+  double lr = parts_.controller->lr();
+  int64_t epoch = start.epoch;
+  int64_t last_trained = start.offset > 0 ? start.epoch : start.epoch - 1;
+  while (!limits_reached(lr, epoch)) {
+    last_trained = epoch;
+    if (!train_epoch(epoch)) break;
+    lr = end_epoch(epoch);
+    ++epoch;
+  }
+  for (const auto& o : observers_) o->on_train_end(last_trained, parts_.controller->num_updates());
+  return last_trained;
+}
+
+void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
+  Controller& controller = *parts_.controller;
+  if (parts_.schedule->version() != plan_version_) {
+    // A new split (see Note [Plan schedule]): the next update's samples are the same, cut anew.
+    stream_->set_plan(parts_.schedule->train_plan(epoch));
+    plan_version_ = parts_.schedule->version();
+  }
+  const auto t0 = Clock::now();
+  std::vector<Batch> batches = stream_->next();
+  UpdateRecord record;
+  record.times.data_s = seconds_since(t0);
+  const auto t1 = Clock::now();
+  const UpdateResult result = controller.train_update(batches);
+  const double step_s = seconds_since(t1);
+  record.times.comm_wait_s = parts_.reducer->last_wait_s();
+  record.times.compute_s = std::max(0.0, step_s - record.times.comm_wait_s);
+  record.times.total_s = seconds_since(t0);
+  record.epoch = epoch;
+  record.num_updates = controller.num_updates();
+  record.index_in_epoch = index;
+  record.updates_in_epoch = total;
+  record.rank = parts_.schedule->rank();
+  record.sample_ids = &stream_->last_indices();
+  record.batch_sizes = stream_->iterator().plan().batch_sizes;
+  record.result = &result;
+  for (const auto& o : observers_) o->on_update(record);
+}
+
+bool TrainingLoop::train_epoch(int64_t epoch) {
+  Controller& controller = *parts_.controller;
+  stream_->set_plan(parts_.schedule->train_plan(epoch));
+  plan_version_ = parts_.schedule->version();
+  stream_->begin_epoch(epoch);
+  if (!(first_epoch_ && resumed_inside_epoch_)) controller.reset_epoch_meters();
+  first_epoch_ = false;
+  for (const auto& o : observers_) o->on_epoch_begin(epoch);
+  const int64_t max_update = options_.max_update > 0 ? options_.max_update : std::numeric_limits<int64_t>::max();
+  const int64_t total = stream_->updates_left();
+  Checkpointer* ck = parts_.checkpointer;
+  for (int64_t i = 1; !stream_->end_of_epoch() && controller.num_updates() < max_update; ++i) {
+    const int64_t before = controller.num_updates();
+    run_update(epoch, i, total);
+    const bool applied = controller.num_updates() > before;
+    if (applied && ck && !stream_->end_of_epoch() && ck->due_after_update(controller.num_updates())) {
+      save(epoch, false, stream_->position(), validate(epoch).metric);
+    }
+  }
+  const std::vector<Stat> stats = controller.train_stats();
+  for (const auto& o : observers_) o->on_epoch_end(epoch, stats);
+  if (stream_->end_of_epoch()) return true;
+  // Stopped inside the epoch (--max-update): a checkpoint to continue from.
+  if (ck && ck->enabled() && !ck->saved_at(controller.num_updates())) {
+    save(epoch, false, stream_->position(), validate(epoch).metric);
+  }
+  return false;
+}
+
+TrainingLoop::Validation TrainingLoop::validate(int64_t epoch) {
+  Validation v;
+  if (options_.disable_validation) return v;
+  Controller& controller = *parts_.controller;
+  for (const auto& split : options_.valid_subsets) {
+    const LogSums sums = parts_.validator->run(parts_.valid_data.at(split), controller.model());
+    const std::vector<Stat> stats = parts_.validator->stats(sums, controller.num_updates());
+    for (const auto& o : observers_) o->on_validation(epoch, split, stats);
+    if (v.loss) continue;
+    v.loss = stats.front().value;
+    v.metric = find_stat(stats, options_.best_checkpoint_metric);
+  }
+  return v;
+}
+
+double TrainingLoop::end_epoch(int64_t epoch) {
+  Validation v;
+  if (epoch % options_.validate_interval == 0) v = validate(epoch);
+  const double lr = parts_.controller->lr_step(epoch, v.loss);
+  if (parts_.checkpointer && parts_.checkpointer->due_after_epoch(epoch)) {
+    save(epoch, true, IteratorPosition{epoch + 1, 0}, v.metric);
+  }
+  return lr;
+}
+
+void TrainingLoop::save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric) {
+  const SavePoint point{epoch, parts_.controller->num_updates(), end_of_epoch, metric};
+  parts_.checkpointer->save(*parts_.controller, point, next, parts_.schedule->train_plan(epoch));
+}
+
+}  // namespace hetseq

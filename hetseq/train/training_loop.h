@@ -1,0 +1,86 @@
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hetseq/checkpoint/checkpointer.h"
+#include "hetseq/data/batch_loader.h"
+#include "hetseq/data/plan_schedule.h"
+#include "hetseq/train/controller.h"
+#include "hetseq/train/training_observer.h"
+#include "hetseq/train/validator.h"
+
+namespace hetseq {
+
+/// When training stops, what it validates and how it walks the data.
+struct TrainingLoopOptions {
+  int64_t max_epoch = 0;    // --max-epoch (0: no limit)
+  int64_t max_update = 0;   // --max-update (0: no limit)
+  double min_lr = -1;       // --min-lr: stop when the learning rate falls to it
+  std::vector<std::string> valid_subsets{"valid"};  // --valid-subset
+  int64_t validate_interval = 1;                    // --validate-interval (epochs)
+  bool disable_validation = false;                  // --disable-validation
+  std::string best_checkpoint_metric = "loss";      // --best-checkpoint-metric (of the first subset)
+  EpochIteratorOptions order;                       // --seed, --curriculum
+  int64_t num_workers = 1;                          // --num-workers
+  /// A run resumed inside an epoch continues that epoch's meters (false with --reset-meters).
+  bool continue_epoch_meters = true;
+};
+
+/// The data and the parts one rank trains with.
+struct TrainingLoopParts {
+  Controller* controller = nullptr;
+  PlanSchedule* schedule = nullptr;        // the split may change between updates (set_split)
+  std::shared_ptr<GradientReducer> reducer;  // for the communication-wait figure
+  std::shared_ptr<Dataset> train_data;
+  std::map<std::string, std::shared_ptr<Dataset>> valid_data;  // [split]; empty without validation
+  Validator* validator = nullptr;          // null without validation
+  Checkpointer* checkpointer = nullptr;    // null: never save
+};
+
+/// The epoch loop, with fairseq's split into train_epoch, validate and end_epoch: trains until
+/// --max-epoch, --max-update or --min-lr, validates on --valid-subset, saves through the
+/// Checkpointer, and tells its observers about every update, epoch end and validation. Every rank
+/// runs it in lockstep. A program that links the library runs the same loop with its own task.
+class TrainingLoop {
+ public:
+  TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options);
+
+  void add_observer(std::shared_ptr<TrainingObserver> observer) { observers_.push_back(std::move(observer)); }
+
+  /// Trains from `start` (a fresh run: epoch 1, offset 0; a resumed one: the checkpoint's position)
+  /// until a limit is reached. Returns the last epoch trained.
+  int64_t run(IteratorPosition start);
+
+  /// Trains the updates of `epoch` that remain (all of them, or up to --max-update). Returns true when
+  /// the epoch was trained to its end.
+  bool train_epoch(int64_t epoch);
+  /// Validates every --valid-subset; returns the first subset's loss and --best-checkpoint-metric.
+  struct Validation {
+    std::optional<double> loss, metric;
+  };
+  Validation validate(int64_t epoch);
+  /// The end of a whole epoch: validation (every --validate-interval epochs), the LR schedule's epoch
+  /// step and the epoch's checkpoint. Returns the next epoch's learning rate.
+  double end_epoch(int64_t epoch);
+
+ private:
+  bool limits_reached(double lr, int64_t epoch) const;
+  void save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric);
+  void run_update(int64_t epoch, int64_t index, int64_t total);
+
+  TrainingLoopParts parts_;
+  TrainingLoopOptions options_;
+  std::vector<std::shared_ptr<TrainingObserver>> observers_;
+  std::unique_ptr<UpdateStream> stream_;
+  int64_t plan_version_ = -1;  // the PlanSchedule version the stream follows
+  bool first_epoch_ = true;
+  bool resumed_inside_epoch_ = false;
+};
+
+}  // namespace hetseq

@@ -1,0 +1,55 @@
+#include "hetseq/train/validator.h"
+
+#include <cmath>
+
+#include "hetseq/data/batch_loader.h"
+
+namespace hetseq {
+namespace {
+
+constexpr double kLn2 = 0.69314718055994530942;
+
+double get(const LogSums& sums, const std::string& key, double fallback = 0) {
+  auto it = sums.find(key);
+  return it == sums.end() ? fallback : it->second;
+}
+
+}  // namespace
+
+Validator::Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options)
+    : task_(task), reducer_(std::move(reducer)), plan_(std::move(plan)), options_(options) {
+  plan_.validate();
+}
+
+LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Module& model) {
+  EpochIteratorOptions order;
+  order.shuffle = false;
+  UpdateStream stream(EpochBatchIterator(dataset->size(), plan_, order),
+                      std::make_shared<BatchLoader>(dataset, options_.num_workers));
+  stream.begin_epoch(1);
+  model.eval();
+  LogSums local;
+  while (!stream.end_of_epoch()) {
+    for (const Batch& batch : stream.next()) {
+      if (batch.empty()) continue;
+      const AutocastGuard autocast(options_.device, options_.precision);
+      StepOutput out = task_.valid_step(model, batch.to(options_.device));
+      out.log["sample_size"] = out.sample_size;
+      for (const auto& [k, v] : out.log) local[k] += v;
+    }
+  }
+  return reducer_->reduce_sums(local);
+}
+
+std::vector<Stat> Validator::stats(const LogSums& sums, int64_t num_updates) const {
+  const double sample_size = get(sums, "sample_size");
+  const double ntokens = get(sums, "ntokens", sample_size);
+  const double loss = sample_size > 0 ? get(sums, "loss") / sample_size / kLn2 : 0;
+  const double nll = ntokens > 0 ? get(sums, "nll_loss", get(sums, "loss")) / ntokens / kLn2 : 0;
+  std::vector<Stat> stats{{"loss", loss}, {"nll_loss", nll}, {"ppl", std::pow(2.0, nll)},
+                          {"num_updates", static_cast<double>(num_updates), true}};
+  for (const auto& [name, value] : task_.derived_metrics(sums)) stats.push_back({name, value});
+  return stats;
+}
+
+}  // namespace hetseq

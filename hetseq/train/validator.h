@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hetseq/data/data_plan.h"
+#include "hetseq/data/dataset.h"
+#include "hetseq/task/task.h"
+#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/train/precision.h"
+#include "hetseq/train/progress.h"
+
+namespace hetseq {
+
+/// How validation runs on one rank.
+struct ValidatorOptions {
+  torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFloat32;  // --fp16, --bf16: the forward passes' autocast
+  int64_t num_workers = 1;                    // --num-workers: background threads that build batches
+};
+
+/// Loss and the task's metrics of a model on whole splits, each cut across ranks by the validation
+/// plan (every sample once over all ranks) and summed over ranks by `reducer`. The training loop and
+/// hetseq-eval both use it; it needs no optimizer.
+class Validator {
+ public:
+  Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options);
+
+  /// The sums over all ranks of one pass over `dataset` (`sample_size` included).
+  LogSums run(const std::shared_ptr<Dataset>& dataset, torch::nn::Module& model);
+  /// The statistics of a pass from its sums, as logged: loss, nll_loss, ppl (in base 2, as fairseq),
+  /// num_updates, and the task's derived metrics.
+  std::vector<Stat> stats(const LogSums& sums, int64_t num_updates) const;
+
+ private:
+  Task& task_;
+  std::shared_ptr<GradientReducer> reducer_;
+  DataPlan plan_;
+  ValidatorOptions options_;
+};
+
+}  // namespace hetseq

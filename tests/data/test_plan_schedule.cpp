@@ -1,0 +1,91 @@
+// The plan schedule: a split that changes between updates keeps every sample once per epoch and the
+// same samples in every step (Note [Plan schedule]).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "hetseq/core/error.h"
+#include "hetseq/data/epoch_batch_iterator.h"
+#include "hetseq/data/plan_schedule.h"
+#include "support/error_message.h"
+
+using hetseq::DataPlan;
+using hetseq::EpochBatchIterator;
+using hetseq::PlanSchedule;
+
+namespace {
+
+// The samples of one update over all ranks, each rank walking its own iterator as a rank process would.
+std::vector<int64_t> one_step(std::vector<EpochBatchIterator>& ranks) {
+  std::vector<int64_t> step;
+  for (auto& it : ranks) {
+    for (const auto& mb : it.next_update()) step.insert(step.end(), mb.begin(), mb.end());
+  }
+  return step;
+}
+
+}  // namespace
+
+TEST_CASE("Plan schedule: a split changed mid-epoch keeps each step's samples and every sample once", "[data]") {
+  const int64_t n = 103;
+  // 3 ranks: 8, 4 and 2x6 samples: U = 24 per update, 5 updates per epoch (the last one short).
+  std::vector<PlanSchedule> schedules;
+  for (int64_t r = 0; r < 3; ++r) {
+    schedules.emplace_back(std::vector<int64_t>{8, 4, 6}, std::vector<std::vector<int64_t>>{{1}, {1}, {2}},
+                           std::vector<int64_t>{8, 8, 8}, r);
+  }
+  hetseq::EpochIteratorOptions order;
+  order.seed = 7;
+  std::vector<EpochBatchIterator> ranks, fixed;
+  for (int64_t r = 0; r < 3; ++r) {
+    ranks.emplace_back(n, schedules[r].train_plan(1), order);
+    fixed.emplace_back(n, schedules[r].train_plan(1), order);
+    ranks.back().begin_epoch(1);
+    fixed.back().begin_epoch(1);
+  }
+  // New splits after updates 1 and 3, the same on every rank: a larger share for rank 2, then a rank
+  // with two micro-batches of another size.
+  const std::map<int, std::pair<std::vector<int64_t>, std::vector<int64_t>>> splits{
+      {1, {{2, 4, 9}, {1, 1, 2}}}, {3, {{3, 3, 9}, {3, 2, 1}}}};
+  std::multiset<int64_t> seen;
+  for (int update = 1; !ranks[0].end_of_epoch(); ++update) {
+    std::vector<int64_t> step = one_step(ranks), reference = one_step(fixed);
+    CHECK(step.size() == reference.size());
+    std::sort(step.begin(), step.end());
+    std::sort(reference.begin(), reference.end());
+    CHECK(step == reference);  // the same samples form the step, whatever the split
+    seen.insert(step.begin(), step.end());
+    if (auto it = splits.find(update); it != splits.end()) {
+      for (int64_t r = 0; r < 3; ++r) {
+        schedules[r].set_split(1, it->second.first, it->second.second);
+        ranks[r].set_plan(schedules[r].train_plan(1));
+      }
+    }
+    REQUIRE(update <= 5);
+  }
+  CHECK(ranks[1].plan().batch_sizes == std::vector<int64_t>{3, 3, 9});
+  CHECK(schedules[0].version() == 2);
+  REQUIRE(seen.size() == static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) CHECK(seen.count(i) == 1);
+}
+
+TEST_CASE("Plan schedule: a split with another total is refused, and an epoch with another total starts afresh",
+          "[data]") {
+  PlanSchedule s({8, 4}, {{1, 2}, {1}}, {16, 16}, 0);
+  CHECK(s.train_plan(1).samples_per_update() == 12);
+  CHECK(s.train_plan(2).samples_per_update() == 20);
+  CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { s.set_split(1, {8, 8}, {1, 1}); }),
+             Catch::Contains("takes 16 samples per update, the run takes 12"));
+  s.set_split(1, {6, 6}, {1, 1});
+  CHECK(s.train_plan(1).batch_sizes == std::vector<int64_t>{6, 6});
+  // Epoch 2 takes 2x8 + 4 = 20 samples per update (--update-freq 1,2 on rank 0): the 12-sample split
+  // does not apply there.
+  CHECK(s.train_plan(2).batch_sizes == std::vector<int64_t>{8, 4});
+  CHECK(s.train_plan(2).update_freqs == std::vector<int64_t>{2, 1});
+  CHECK(s.micro_batches_per_update(2) == 3);
+  CHECK(s.valid_plan().batch_sizes == std::vector<int64_t>{16, 16});
+  CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { PlanSchedule({8}, {{0}}, {8}, 0); }),
+             Catch::Contains("--update-freq: rank 0 has 0"));
+}
