@@ -14,7 +14,7 @@ namespace hetseq::optim {
 
 namespace {
 
-void validate(const FixedOptions& o) {
+const FixedOptions& validated(const FixedOptions& o) {
   if (o.lrs.empty()) throw UsageError("--lr: the fixed schedule needs at least one learning rate");
   for (double lr : o.lrs) {
     if (!std::isfinite(lr) || lr < 0) {
@@ -30,16 +30,13 @@ void validate(const FixedOptions& o) {
   if (o.force_anneal && *o.force_anneal < 1) {
     throw UsageError(fmt::format("--force-anneal: must be an epoch >= 1, got {}", *o.force_anneal));
   }
+  return o;
 }
 
 }  // namespace
 
-Fixed::Fixed(Optimizer& optimizer, FixedOptions options) : LrScheduler(optimizer), options_(std::move(options)) {
-  validate(options_);
-  lr_ = options_.lrs.front();
-  warmup_factor_ = options_.warmup_updates > 0 ? 1.0 / static_cast<double>(options_.warmup_updates) : 1.0;
-  optimizer_.set_lr(warmup_factor_ * lr_);
-}
+Fixed::Fixed(Optimizer& optimizer, FixedOptions options)
+    : WarmupLrScheduler(optimizer, validated(options).lrs.front(), options.warmup_updates), options_(std::move(options)) {}
 
 // The lr of epoch `epoch` (1-based), about to begin. See Note [Per-epoch --lr lists].
 double Fixed::get_next_lr(int64_t epoch) const {
@@ -51,12 +48,7 @@ double Fixed::get_next_lr(int64_t epoch) const {
   return options_.lrs.back() * std::pow(options_.lr_shrink, exponent);
 }
 
-double Fixed::step(int64_t epoch, std::optional<double> val_loss) {
-  LrScheduler::step(epoch, val_loss);
-  lr_ = get_next_lr(epoch + 1);
-  optimizer_.set_lr(warmup_factor_ * lr_);
-  return optimizer_.lr();
-}
+double Fixed::lr_after_epoch(int64_t epoch) const { return get_next_lr(epoch + 1); }
 
 double Fixed::step_update(int64_t num_updates) {
   LrScheduler::step_update(num_updates);
@@ -70,26 +62,6 @@ double Fixed::step_update(int64_t num_updates) {
   }
   optimizer_.set_lr(warmup_factor_ * lr_);
   return optimizer_.lr();
-}
-
-std::map<std::string, double> Fixed::state() const {
-  auto out = LrScheduler::state();
-  out["lr"] = lr_;
-  out["warmup_factor"] = warmup_factor_;
-  return out;
-}
-
-void Fixed::load_state(const std::map<std::string, double>& state) {
-  const double lr = required_entry(state, "lr");
-  const double warmup_factor = required_entry(state, "warmup_factor");
-  if (!std::isfinite(lr) || lr < 0 || !(warmup_factor >= 0 && warmup_factor <= 1)) {
-    throw InputError(fmt::format("lr scheduler '{}': cannot load its state: lr {} or warmup_factor {} is out of "
-                                 "range; the checkpoint is corrupt",
-                                 name(), lr, warmup_factor));
-  }
-  LrScheduler::load_state(state);
-  lr_ = lr;
-  warmup_factor_ = warmup_factor;
 }
 
 LrSchedulerSpec fixed_spec() {

@@ -14,7 +14,7 @@ namespace hetseq::optim {
 
 namespace {
 
-void validate(const PolynomialDecayOptions& o) {
+const PolynomialDecayOptions& validated(const PolynomialDecayOptions& o) {
   if (o.lrs.empty()) throw UsageError("--lr: polynomial_decay needs at least one learning rate");
   for (double lr : o.lrs) {
     if (!std::isfinite(lr) || lr < 0) {
@@ -38,17 +38,13 @@ void validate(const PolynomialDecayOptions& o) {
   if (o.force_anneal && *o.force_anneal < 1) {
     throw UsageError(fmt::format("--force-anneal: must be an epoch >= 1, got {}", *o.force_anneal));
   }
+  return o;
 }
 
 }  // namespace
 
 PolynomialDecay::PolynomialDecay(Optimizer& optimizer, PolynomialDecayOptions options)
-    : LrScheduler(optimizer), options_(std::move(options)) {
-  validate(options_);
-  lr_ = options_.lrs.front();
-  warmup_factor_ = options_.warmup_updates > 0 ? 1.0 / static_cast<double>(options_.warmup_updates) : 1.0;
-  optimizer_.set_lr(warmup_factor_ * lr_);
-}
+    : WarmupLrScheduler(optimizer, validated(options).lrs.front(), options.warmup_updates), options_(std::move(options)) {}
 
 // See Note [Per-epoch --lr lists].
 double PolynomialDecay::get_next_lr(int64_t epoch) const {
@@ -59,12 +55,7 @@ double PolynomialDecay::get_next_lr(int64_t epoch) const {
   return optimizer_.lr();
 }
 
-double PolynomialDecay::step(int64_t epoch, std::optional<double> val_loss) {
-  LrScheduler::step(epoch, val_loss);
-  lr_ = get_next_lr(epoch);
-  optimizer_.set_lr(warmup_factor_ * lr_);
-  return optimizer_.lr();
-}
+double PolynomialDecay::lr_after_epoch(int64_t epoch) const { return get_next_lr(epoch); }
 
 double PolynomialDecay::step_update(int64_t num_updates) {
   LrScheduler::step_update(num_updates);
@@ -84,26 +75,6 @@ double PolynomialDecay::step_update(int64_t num_updates) {
   }
   optimizer_.set_lr(lr);
   return optimizer_.lr();
-}
-
-std::map<std::string, double> PolynomialDecay::state() const {
-  auto out = LrScheduler::state();
-  out["lr"] = lr_;
-  out["warmup_factor"] = warmup_factor_;
-  return out;
-}
-
-void PolynomialDecay::load_state(const std::map<std::string, double>& state) {
-  const double lr = required_entry(state, "lr");
-  const double warmup_factor = required_entry(state, "warmup_factor");
-  if (!std::isfinite(lr) || lr < 0 || !(warmup_factor >= 0 && warmup_factor <= 1)) {
-    throw InputError(fmt::format("lr scheduler '{}': cannot load its state: lr {} or warmup_factor {} is out of "
-                                 "range; the checkpoint is corrupt",
-                                 name(), lr, warmup_factor));
-  }
-  LrScheduler::load_state(state);
-  lr_ = lr;
-  warmup_factor_ = warmup_factor;
 }
 
 LrSchedulerSpec polynomial_decay_spec() {

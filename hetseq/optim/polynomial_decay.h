@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "hetseq/optim/lr_scheduler.h"
+#include "hetseq/optim/warmup_lr_scheduler.h"
 
 namespace hetseq::optim {
 
@@ -23,7 +23,7 @@ struct PolynomialDecayOptions {
 /// HetSeq's polynomial_decay schedule (BERT pre-training): linear warmup from 0 to lr over
 /// warmup_updates, then lr decays as (lr - end) * (1 - (n - warmup)/(total - warmup))^power + end,
 /// and stays at end_learning_rate from total_num_update on.
-class PolynomialDecay : public LrScheduler {
+class PolynomialDecay : public WarmupLrScheduler {
  public:
   /// Sets the optimizer's lr to lrs[0] / warmup_updates (lrs[0] without warmup). Throws
   /// hetseq::UsageError naming the flag on an empty `--lr`, a negative lr or `--end-learning-rate`,
@@ -32,21 +32,16 @@ class PolynomialDecay : public LrScheduler {
   PolynomialDecay(Optimizer& optimizer, PolynomialDecayOptions options);
 
   std::string name() const override { return "PolynomialDecayScheduler"; }
-  /// Takes the next epoch's lr from the `--lr` list (lrs[epoch]) and sets warmup_factor * lr.
-  double step(int64_t epoch, std::optional<double> val_loss = std::nullopt) override;
   /// Sets the warmup or decayed lr for `num_updates` (closed form above).
   double step_update(int64_t num_updates) override;
 
-  /// Adds "lr" (the epoch's base lr) and "warmup_factor".
-  std::map<std::string, double> state() const override;
-  void load_state(const std::map<std::string, double>& state) override;
+ protected:
+  double lr_after_epoch(int64_t epoch) const override;
 
  private:
   double get_next_lr(int64_t epoch) const;
 
   PolynomialDecayOptions options_;
-  double lr_;             // the base lr of the current epoch, before warmup and decay
-  double warmup_factor_;  // in [0, 1]; 1 once warmup is over
 };
 
 }  // namespace hetseq::optim
