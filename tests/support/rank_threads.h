@@ -1,0 +1,56 @@
+#pragma once
+// Level 1 of STYLE's test levels: ranks as threads in one process, sharing a HashStore, each with its
+// own Gloo process group over loopback. Catch2 assertions are not thread-safe: rank threads only
+// record what they saw, the main thread checks it.
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace hetseq::test {
+
+using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+using RankBody = std::function<void(int rank, const Group& group)>;
+
+/// One intra-op thread while a test runs (the rank threads share the machine's cores); restores the
+/// previous setting.
+class OneIntraOpThread {
+ public:
+  OneIntraOpThread();
+  ~OneIntraOpThread();
+  OneIntraOpThread(const OneIntraOpThread&) = delete;
+  OneIntraOpThread& operator=(const OneIntraOpThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// Runs `body` on `world` threads, rank r with its own Gloo group of the given collective timeout over
+/// one shared HashStore, and returns each rank's exception, `[rank]` (null when it returned normally).
+/// Threads still running after 60 s abort the test program: a hang is a failure, never a pass.
+std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,
+                                                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/// As run_ranks_collect, rethrowing the first rank's exception in the calling thread.
+void run_ranks(int world, const RankBody& body);
+
+/// The what() of an exception.
+std::string message_of(const std::exception_ptr& e);
+
+/// Whether `e` holds an exception of type E (or derived from it).
+template <class E>
+bool is_a(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace hetseq::test
