@@ -140,6 +140,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.bucket_cap_mb = o_.distributed.bucket_cap_mb;
   ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
   ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
+  ddp.broadcast_buffers = o_.distributed.broadcast_buffers;
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
 }
 

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hetseq/core/format.h"
 
@@ -21,6 +22,12 @@ void enable_all_ranks(bool enabled = true);
 void set_level(Level level);
 /// Writes one already formatted line. Prefer the formatting helpers below.
 void write(Level level, const std::string& message);
+
+/// From now on, also keeps a copy of every line that is written (after the rank and level filters,
+/// without time and level), until end_capture(). For tests that check what a component logged.
+void begin_capture();
+/// Stops keeping lines and returns those kept since begin_capture().
+std::vector<std::string> end_capture();
 
 template <class... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {

@@ -45,14 +45,27 @@ namespace hetseq {
 // earlier layers. At the end of backward an autograd-engine callback waits for every bucket, copies
 // the sums back into each parameter's .grad, and (with --find-unused-parameters) uses an allreduced
 // "used" bitmap to leave gradients of parameters that no rank used untouched; finish_update then
-// makes those zero. Earlier micro-batches of the update (gradient accumulation, HetSeq's no_sync)
-// do not arm the hooks: they only accumulate into .grad, and the last backward reduces the total.
+// drops those gradients (see "Unused parameters" below). Earlier micro-batches of the update
+// (gradient accumulation, HetSeq's no_sync) do not arm the hooks: they only accumulate into .grad,
+// and the last backward reduces the total.
 //
 // Unused parameters. Without --find-unused-parameters every parameter must get a gradient in the last
 // backward of an update: a bucket that never fills never starts its allreduce, the peers wait on it
 // until the timeout, and this rank's finish_update throws naming the parameters. With it,
 // prepare_for_backward walks the autograd graph from the loss and marks the parameters not in it as
-// ready (zeros in their bucket slots) as soon as the first gradient arrives.
+// ready (zeros in their bucket slots) as soon as the first gradient arrives. At the end of backward
+// the Reducer has allreduced a per-parameter "used" count over the ranks (use in any micro-batch of
+// the update counts). A parameter used on some ranks gets the sum, with zeros from the others. One
+// used on no rank keeps its .grad untouched by the Reducer, which after the Controller's in-place
+// zero_grad() is a zero tensor, not the undefined gradient PyTorch's DDP leaves after
+// zero_grad(set_to_none=True); Adam would then decay its moments, apply weight decay and count a
+// step. So finish_update resets those gradients to undefined, and the optimizers, the gradient norm
+// and clipping skip the parameter. The Reducer makes a gradient a bucket view again the next time
+// the parameter is used (gradient_as_bucket_view).
+//
+// Buffers. With broadcast_buffers (the default, as in DDP), before_forward broadcasts every buffer of
+// the model from rank 0 once per update, so that running statistics that each rank updates in its
+// own forward passes start every update as rank 0's.
 
 namespace detail {
 
@@ -172,7 +185,9 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     params_.push_back(p);
   }
   for (const auto& b : model.buffers()) {
-    if (b.defined() && seen.insert(b.unsafeGetTensorImpl()).second) state.push_back(b.detach());
+    if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
+    state.push_back(b.detach());
+    buffers_.push_back(b.detach());
   }
   if (params_.empty()) {
     throw InputError(fmt::format("rank {}: the model has no parameter that takes a gradient; nothing to train", rank_));
@@ -259,13 +274,33 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
         "when the model leaves parameters unused",
         rank_, world_size_, timing_.buckets, num_buckets_, fmt::join(missing, ", ")));
   }
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // unused on every rank
-    }
-  }
+  if (options_.find_unused_parameters) forget_unused_gradients();
   return stats_.sum(local);
+}
+
+void DistributedReducer::forget_unused_gradients() {
+  // See Note [Bucketed reduction], "Unused parameters": after backward the Reducer's used map holds,
+  // per parameter, the number of ranks that used it in this update (all its micro-batches).
+  const torch::Tensor used = reducer_->get_local_used_map_on_device().to(torch::kCPU, torch::kInt64);  // [param]
+  HETSEQ_ASSERT(used.numel() == static_cast<int64_t>(params_.size()), "used map of {} entries for {} parameters",
+                used.numel(), params_.size());
+  const auto count = used.accessor<int64_t, 1>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (count[static_cast<int64_t>(i)] == 0) params_[i].mutable_grad().reset();
+  }
+}
+
+void DistributedReducer::before_forward() {
+  if (!options_.broadcast_buffers || buffers_.empty()) return;  // the same model, so the same choice on every rank
+  try {
+    torch::NoGradGuard no_grad;
+    c10d::broadcast_coalesced(group_, buffers_, kBroadcastBucketBytes, 0);
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
+                                 "died, fell behind past the process group's timeout, or reached a different "
+                                 "collective)",
+                                 rank_, world_size_, buffers_.size(), e.what()));
+  }
 }
 
 LogSums DistributedReducer::reduce_sums(const LogSums& local) { return stats_.sum(local); }

@@ -27,6 +27,7 @@ struct DdpOptions {
   double bucket_cap_mb = 25;            // --bucket-cap-mb: largest gradient bucket, in MiB (fractions allowed)
   bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
   bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
+  bool broadcast_buffers = true;        // --broadcast-buffers: rank 0's buffers before each update's forward
 };
 
 /// How the gradient reduction of the last update went, for logging.
@@ -51,11 +52,16 @@ class DistributedReducer final : public GradientReducer {
   DistributedReducer(const DistributedReducer&) = delete;
   DistributedReducer& operator=(const DistributedReducer&) = delete;
 
+  /// With broadcast_buffers, copies rank 0's buffers (running statistics) into every rank's model, in
+  /// one coalesced broadcast; no collective when the model has no buffers. The Controller calls it
+  /// once per update, before the first forward pass.
+  void before_forward() override;
   /// For the last micro-batch of an update (`index == count - 1`) arms the gradient hooks, so that
   /// the following backward reduces the gradients; earlier micro-batches only accumulate locally.
   void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) override;
-  /// After the last backward: every parameter's gradient is the sum over all ranks (zeros for a
-  /// parameter no rank used, with find_unused_parameters); returns `local` summed over the ranks.
+  /// After the last backward: every parameter's gradient is the sum over all ranks (with
+  /// find_unused_parameters, a parameter no rank used is left without a gradient, undefined, as
+  /// under DDP); returns `local` summed over the ranks.
   /// Throws hetseq::InputError when a parameter got no gradient without find_unused_parameters.
   LogSums finish_update(const LogSums& local) override;
   /// Sums statistics over all ranks (validation); see Note [Stat sync].
@@ -74,12 +80,17 @@ class DistributedReducer final : public GradientReducer {
   int64_t world_size() const { return world_size_; }
 
  private:
+  /// With find_unused_parameters: resets the gradients of the parameters that no rank used in this
+  /// update. See Note [Bucketed reduction].
+  void forget_unused_gradients();
+
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   DdpOptions options_;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
   std::vector<torch::Tensor> params_;          // [param] the reduced parameters, in registration order
   std::vector<std::string> param_names_;       // [param] qualified names
+  std::vector<torch::Tensor> buffers_;         // [buffer] the model's buffers, once each (broadcast_buffers)
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook

@@ -50,7 +50,8 @@ class Task {
   virtual std::shared_ptr<Dataset> load_dataset(const std::string& split) = 0;
 
   /// Forward pass and loss on one batch (already on the task's device). `model` is what build_model
-  /// returned. Must not call backward.
+  /// returned. Must not call backward. The Controller never passes an empty batch (it runs empty
+  /// micro-batches itself and skips empty validation batches; see Note [Empty micro-batches]).
   virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
 
   /// The backward pass of a train step's loss, as the Controller runs it: it scales the loss (--fp16,
@@ -59,9 +60,9 @@ class Task {
   using Backward = std::function<void(const torch::Tensor& loss)>;
 
   /// Forward, loss and backward. The default calls compute_loss, then `backward` on the summed loss
-  /// (plain loss.backward() when `backward` is empty). An empty batch (a rank with no samples left at
-  /// the end of an epoch) must still give a loss connected to every parameter, with value zero and
-  /// sample_size 0, so that every rank runs the same backward passes.
+  /// (plain loss.backward() when `backward` is empty). `batch` is never empty: for a rank with no
+  /// samples left at the end of an epoch the Controller itself runs a zero loss over every parameter
+  /// through `backward`, without calling the task (see Note [Empty micro-batches]).
   virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch, const Backward& backward = nullptr);
 
   /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.

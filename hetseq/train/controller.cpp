@@ -58,8 +58,29 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
 // the sample counts, S = sum_{r,k} s_{r,k}. Then
 //     G / S = grad( (1/S) sum_{all samples i} l_i ),
 // the gradient of the global mean, exactly: no rank's batch is weighted by anything but its size. An
-// empty micro-batch contributes 0 to both sums. (Averaging per-rank mean gradients instead, as plain
-// data parallelism does, weighs a sample of a small batch more than one of a large batch.)
+// empty micro-batch contributes 0 to both sums (see Note [Empty micro-batches]). (Averaging per-rank
+// mean gradients instead, as plain data parallelism does, weighs a sample of a small batch more than
+// one of a large batch.)
+
+// Note [Empty micro-batches]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// At the end of an epoch a rank's slice of the last update can be short or empty (Note [Data plan]),
+// but every rank must still run the same backward passes: the gradient reducer arms its hooks for the
+// last micro-batch of every update, and each bucket's allreduce starts only when every parameter in it
+// has had its hook fire. So the Controller, not the task, runs an empty micro-batch: it never calls the
+// task, builds Z = sum_p 0 * sum(p) over every parameter p that takes a gradient, and runs Z through
+// the same backward as a real loss (autocast off, times the loss scale, the reducer armed), so every
+// hook fires as on the other ranks. dZ/dp = 0 exactly, whatever p holds, so the gradients, and G and S
+// of Note [Weighted averaging], get nothing from it.
+//
+// An empty micro-batch adds nothing to the update's statistics either: a rank whose micro-batches are
+// all empty reports no names at all (not even sample_size), because it cannot know the names the task
+// reports. The statistics sync sums the union of the names then; with --fast-stat-sync, ranks that
+// report nothing are the one difference it accepts (Note [Stat sync]). With --find-unused-parameters,
+// Z counts every parameter as used on that rank, so in such an update a parameter that no other rank
+// used gets a zero gradient instead of none (as HetSeq's dummy batch, a real batch times 0, does for the
+// parameters it reaches).
+
 UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   HETSEQ_ASSERT(!micro_batches.empty(), "an update with no micro-batches");
   meters_.train_wall.start();
@@ -69,72 +90,104 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
 
   UpdateResult result;
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  LogSums local;
-  local["sample_size"] = 0;
-  const int64_t count = static_cast<int64_t>(micro_batches.size());
-  for (int64_t k = 0; k < count; ++k) {
-    // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
-    // the loss scale, in float32. See Note [Loss scaling].
-    const AutocastGuard autocast(options_.device, options_.precision);
-    const Task::Backward backward = [&](const torch::Tensor& loss) {
-      const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
-      const bool low = loss.scalar_type() == torch::kHalf || loss.scalar_type() == torch::kBFloat16;
-      const torch::Tensor full = low ? loss.to(torch::kFloat32) : loss;
-      const torch::Tensor scaled = scaler_ ? full * result.loss_scale : full;
-      reducer_->before_backward(k, count, scaled);
-      scaled.backward();
-    };
-    // An empty micro-batch still runs (a zero loss over every parameter): every rank must take part
-    // in the same backward passes. See Note [Weighted averaging].
-    StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
-    out.log.erase("sample_size");
-    add_into(local, out.log);
-    local["sample_size"] += out.sample_size;
-  }
-
-  result.sums = reducer_->finish_update(local);
+  reducer_->before_forward();
+  result.sums = reducer_->finish_update(run_micro_batches(micro_batches, result.loss_scale));
   const double sample_size = get(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
-  std::vector<torch::Tensor> grads;
-  {
-    torch::NoGradGuard no_grad;
-    // One division by N * S: see Note [Weighted averaging] and Note [Loss scaling].
-    const double divisor = sample_size * result.loss_scale;
-    for (auto& p : optimizer_->params()) {
-      if (p.grad().defined()) {
-        p.mutable_grad().div_(divisor);
-        grads.push_back(p.grad());
-      }
-    }
-    torch::Tensor norm = torch::zeros({}, torch::kFloat64);
-    if (!grads.empty()) {
-      std::vector<torch::Tensor> norms;
-      for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat64).norm());
-      norm = torch::stack(norms).norm();
-    }
-    result.gnorm = norm.item<double>();
-    if (scaler_ && !std::isfinite(result.gnorm)) {
-      // The same on every rank: the reduced gradients are. See Note [Loss scaling].
-      result.skipped = true;
-      optimizer_->zero_grad();
-      meters_.train_wall.stop();
-      scaler_->update(true);
-      log::info("[fp16] gradient overflow at update {} (loss scale {}): update skipped, loss scale now {}",
-                num_updates_ + 1, result.loss_scale, scaler_->scale());
-      return result;
-    }
-    if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
-      const double scale = options_.clip_norm / (result.gnorm + 1e-6);
-      for (auto& g : grads) g.mul_(scale);
-      result.clipped = true;
-    }
+  normalise_and_clip(sample_size, result);
+  if (result.skipped) {
+    // The same on every rank: the reduced gradients are. See Note [Loss scaling].
+    optimizer_->zero_grad();
+    meters_.train_wall.stop();
+    scaler_->update(true);
+    log::info("[fp16] gradient overflow at update {} (loss scale {}): update skipped, loss scale now {}",
+              num_updates_ + 1, result.loss_scale, scaler_->scale());
+    return result;
   }
   if (scaler_) scaler_->update(false);
   optimizer_->step();
   ++num_updates_;
   lr_scheduler_->step_update(num_updates_);
+  update_meters(result);
+  meters_.train_wall.stop();
+  return result;
+}
 
+LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale) {
+  LogSums local;  // [stat name] summed over the non-empty micro-batches; see Note [Empty micro-batches]
+  const int64_t count = static_cast<int64_t>(micro_batches.size());
+  for (int64_t k = 0; k < count; ++k) {
+    const Task::Backward backward = [this, k, count, loss_scale](const torch::Tensor& loss) {
+      run_backward(loss, k, count, loss_scale);
+    };
+    if (micro_batches[k].empty()) {
+      run_backward(zero_loss(), k, count, loss_scale);
+      continue;
+    }
+    // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
+    // the loss scale, in float32. See Note [Loss scaling].
+    const AutocastGuard autocast(options_.device, options_.precision);
+    StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
+    out.log.erase("sample_size");
+    add_into(local, out.log);
+    local["sample_size"] += out.sample_size;
+  }
+  return local;
+}
+
+void Controller::run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale) {
+  const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
+  const bool low = loss.scalar_type() == torch::kHalf || loss.scalar_type() == torch::kBFloat16;
+  const torch::Tensor full = low ? loss.to(torch::kFloat32) : loss;
+  const torch::Tensor scaled = scaler_ ? full * loss_scale : full;
+  reducer_->before_backward(index, count, scaled);
+  scaled.backward();
+}
+
+torch::Tensor Controller::zero_loss() {
+  // See Note [Empty micro-batches].
+  torch::Tensor zero;
+  for (const torch::Tensor& p : model_->parameters()) {
+    if (!p.requires_grad()) continue;
+    const torch::Tensor term = p.sum() * 0;
+    zero = zero.defined() ? zero + term : term;
+  }
+  HETSEQ_ASSERT(zero.defined(), "an empty micro-batch for a model without parameters that take a gradient");
+  return zero;
+}
+
+void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;  // [param with a gradient]
+  // One division by N * S: see Note [Weighted averaging] and Note [Loss scaling].
+  const double divisor = sample_size * result.loss_scale;
+  for (auto& p : optimizer_->params()) {
+    if (p.grad().defined()) {  // undefined: unused on every rank (--find-unused-parameters)
+      p.mutable_grad().div_(divisor);
+      grads.push_back(p.grad());
+    }
+  }
+  torch::Tensor norm = torch::zeros({}, torch::kFloat64);
+  if (!grads.empty()) {
+    std::vector<torch::Tensor> norms;
+    for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat64).norm());
+    norm = torch::stack(norms).norm();
+  }
+  result.gnorm = norm.item<double>();
+  if (scaler_ && !std::isfinite(result.gnorm)) {
+    result.skipped = true;
+    return;
+  }
+  if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
+    const double scale = options_.clip_norm / (result.gnorm + 1e-6);
+    for (auto& g : grads) g.mul_(scale);
+    result.clipped = true;
+  }
+}
+
+void Controller::update_meters(const UpdateResult& result) {
+  const double sample_size = get(result.sums, "sample_size");
   const double ntokens = get(result.sums, "ntokens", sample_size);
   const double nsentences = get(result.sums, "nsentences", sample_size);
   meters_.loss.update(get(result.sums, "loss") / sample_size / kLn2, sample_size);
@@ -146,17 +199,6 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   meters_.gnorm.update(result.gnorm);
   meters_.clip.update(result.clipped ? 1 : 0);
   add_into(epoch_sums_, result.sums);
-  meters_.train_wall.stop();
-  return result;
-}
-
-LogSums Controller::valid_step(const Batch& batch) {
-  if (batch.empty()) return {};
-  model_->eval();
-  const AutocastGuard autocast(options_.device, options_.precision);
-  StepOutput out = task_.valid_step(*model_, batch.to(options_.device));
-  out.log["sample_size"] = out.sample_size;
-  return out.log;
 }
 
 double Controller::lr_step(int64_t epoch, std::optional<double> val_loss) {
@@ -207,17 +249,6 @@ std::vector<Stat> Controller::train_stats() const {
   stats.push_back({"train_wall", std::round(meters_.train_wall.sum_s()), true});
   stats.push_back({"wall", std::round(meters_.wall.elapsed_s()), true});
   for (const auto& [name, value] : task_.derived_metrics(epoch_sums_)) stats.push_back({name, value});
-  return stats;
-}
-
-std::vector<Stat> Controller::valid_stats(const LogSums& sums) const {
-  const double sample_size = get(sums, "sample_size");
-  const double ntokens = get(sums, "ntokens", sample_size);
-  const double loss = sample_size > 0 ? get(sums, "loss") / sample_size / kLn2 : 0;
-  const double nll = ntokens > 0 ? get(sums, "nll_loss", get(sums, "loss")) / ntokens / kLn2 : 0;
-  std::vector<Stat> stats{{"loss", loss}, {"nll_loss", nll}, {"ppl", std::pow(2.0, nll)},
-                          {"num_updates", static_cast<double>(num_updates_), true}};
-  for (const auto& [name, value] : task_.derived_metrics(sums)) stats.push_back({name, value});
   return stats;
 }
 

@@ -49,13 +49,10 @@ class Controller {
              std::unique_ptr<optim::LrScheduler> lr_scheduler, std::shared_ptr<GradientReducer> reducer,
              ControllerOptions options);
 
-  /// One update from this rank's micro-batches (empty ones take part with zero weight). Under loss
-  /// scaling an update whose gradients overflow is skipped (see UpdateResult::skipped).
+  /// One update from this rank's micro-batches. Empty ones take part with zero weight and never reach
+  /// the task (see Note [Empty micro-batches]). Under loss scaling an update whose gradients overflow
+  /// is skipped (see UpdateResult::skipped).
   UpdateResult train_update(const std::vector<Batch>& micro_batches);
-  /// Loss sums of one validation batch on this rank (not reduced).
-  LogSums valid_step(const Batch& batch);
-  /// Sums statistics over all ranks.
-  LogSums reduce_sums(const LogSums& local) { return reducer_->reduce_sums(local); }
 
   /// End of `epoch`: lets the LR scheduler pick the next epoch's rate; returns it.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
@@ -70,9 +67,6 @@ class Controller {
   std::vector<Stat> train_stats() const;
   /// Starts a new epoch of meters.
   void reset_epoch_meters();
-  /// Statistics of a validation pass from its reduced sums (loss, nll_loss, ppl, and the task's
-  /// derived metrics such as accuracy).
-  std::vector<Stat> valid_stats(const LogSums& sums) const;
 
   /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
   std::map<std::string, double> meter_state() const;
@@ -90,6 +84,19 @@ class Controller {
   Precision precision() const { return options_.precision; }
 
  private:
+  /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics.
+  LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale);
+  /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times
+  /// `loss_scale`, the reducer's hooks armed.
+  void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);
+  /// Zero, as a function of every parameter that takes a gradient. See Note [Empty micro-batches].
+  torch::Tensor zero_loss();
+  /// Divides the reduced gradients by samples x loss scale, measures their norm and clips them; sets
+  /// `result.skipped` on overflow under loss scaling.
+  void normalise_and_clip(double sample_size, UpdateResult& result);
+  /// The meters and epoch sums after an applied update.
+  void update_meters(const UpdateResult& result);
+
   Task& task_;
   std::shared_ptr<torch::nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;

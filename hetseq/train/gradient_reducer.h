@@ -10,12 +10,18 @@ namespace hetseq {
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
+  /// Once per update, before its first forward pass; every rank calls it at the same point. A
+  /// distributed implementation makes the model's buffers (running statistics) rank 0's here, as
+  /// DDP's broadcast_buffers does.
+  virtual void before_forward() {}
   /// Between the forward and the backward pass of micro-batch `index` of `count` in this update, with
   /// its loss. Implementations communicate only for the last one (gradient accumulation, HetSeq's
   /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]).
   virtual void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {}
   /// After the last backward: turns every parameter's gradient into the sum of the gradients of all
-  /// ranks, and returns `local` summed over all ranks (sample_size included).
+  /// ranks, and returns `local` summed over all ranks (sample_size included). A parameter that no
+  /// rank used in the update (where the implementation allows that) is left without a gradient
+  /// (undefined), so that the optimizer, the norm and clipping skip it, as under PyTorch's DDP.
   virtual LogSums finish_update(const LogSums& local) = 0;
   /// Sums statistics over all ranks without touching gradients (validation).
   virtual LogSums reduce_sums(const LogSums& local) = 0;

@@ -26,16 +26,6 @@ double get(const LogSums& sums, const char* key) {
   return it == sums.end() ? 0.0 : it->second;
 }
 
-/// Zero, but a function of every parameter, so that backward gives (zero) gradients everywhere.
-torch::Tensor connected_zero(torch::nn::Module& model) {
-  torch::Tensor zero;
-  for (const torch::Tensor& p : model.parameters()) {
-    const torch::Tensor term = p.sum() * 0;
-    zero = zero.defined() ? zero + term : term;
-  }
-  return zero;
-}
-
 }  // namespace
 
 int64_t count_vocab(const std::string& path) {
@@ -100,13 +90,6 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   const double n = static_cast<double>(batch.num_samples);
   out.sample_size = n;
   out.log = {{"nsentences", n}, {"sample_size", n}};
-  if (batch.empty()) {
-    out.loss = connected_zero(model);
-    for (const char* key : {"loss", "nll_loss", "ntokens", "mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct"}) {
-      out.log[key] = 0;
-    }
-    return out;
-  }
   // See Note [BERT loss and sample size].
   const torch::Tensor& labels = batch.at("masked_lm_labels");  // [B, S]
   const int64_t b = labels.size(0), s = labels.size(1);

@@ -1,5 +1,6 @@
 // hetseq-train --task bert as a user runs it: real processes on HDF5 shards written here.
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -38,7 +39,10 @@ std::vector<nlohmann::json> json_lines(const std::string& out, const std::string
 
 }  // namespace
 
-TEST_CASE("hetseq-train --task bert trains tiny BERT on 2 CPU workers and validates", "[bert][cli]") {
+// That the loss falls is checked once, by the ctest `bert_trains_from_text` (300 updates on real text);
+// this run checks the plumbing: unequal batches on 2 workers, BERT's metrics in the logs, validation.
+TEST_CASE("hetseq-train --task bert runs tiny BERT on 2 CPU workers with unequal batches and validates",
+          "[bert][cli]") {
   TempDir dir;
   write_shard(dir / "toy_train_0.hdf5", make_shard(48, 16, 4));
   write_shard(dir / "toy_train_1.hdf5", make_shard(24, 16, 4));  // 72 sequences: 3 updates of 24 an epoch
@@ -47,17 +51,17 @@ TEST_CASE("hetseq-train --task bert trains tiny BERT on 2 CPU workers and valida
   const auto r = train({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
                         "--distributed-world-size", "2", "--distributed-gpus", "2", "--distributed-init-method",
                         "tcp://127.0.0.1:0", "--max-sentences", "8,4", "--update-freq", "2", "--optimizer", "adam",
-                        "--lr", "0.002", "--warmup-updates", "2", "--total-num-update", "40", "--max-update", "24",
+                        "--lr", "0.002", "--warmup-updates", "2", "--total-num-update", "40", "--max-update", "6",
                         "--weight-decay", "0.01", "--fast-stat-sync", "--valid-subset", "test", "--num-workers", "2",
                         "--log-format", "json", "--log-interval", "4", "--save-dir", dir / "save"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const auto steps = json_lines(r.out, "train_epoch");
   const auto valid = json_lines(r.out, "valid");
-  REQUIRE(steps.size() == 8);
-  CHECK(steps.back()["num_updates"] == 24);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps.back()["num_updates"] == 6);
   CHECK(steps.back()["bsz"] == 24);  // (8 + 4) sequences x update-freq 2
-  CHECK(steps.back()["loss"].get<double>() < 0.6 * steps.front()["loss"].get<double>());
+  for (const auto& step : steps) CHECK(std::isfinite(step["loss"].get<double>()));
   for (const char* key : {"mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "ppl"}) CHECK(steps.back().contains(key));
   REQUIRE(!valid.empty());
   CHECK(valid.back()["subset"] == "test");

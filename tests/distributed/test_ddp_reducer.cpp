@@ -1,31 +1,21 @@
 // DistributedReducer with ranks as threads in one process, sharing a HashStore, each with its own Gloo
-// process group (level 1 of STYLE's test levels). Catch2 assertions are not thread-safe: rank threads
-// only record what they saw, the main thread checks it.
+// process group (level 1 of STYLE's test levels; see support/rank_threads.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
 #include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/process_group.h"
+#include "support/rank_threads.h"
 
 using hetseq::DdpOptions;
 using hetseq::DistributedReducer;
@@ -33,118 +23,12 @@ using hetseq::LogSums;
 
 namespace {
 
-using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
-using RankBody = std::function<void(int rank, const Group& group)>;
-
-constexpr auto kDeadline = std::chrono::seconds(60);
-
-// One intra-op thread while a test runs (the rank threads share the machine's cores); restores the
-// previous setting.
-class OneIntraOpThread {
- public:
-  OneIntraOpThread() : previous_(torch::get_num_threads()) { torch::set_num_threads(1); }
-  ~OneIntraOpThread() { torch::set_num_threads(previous_); }
-
- private:
-  int previous_;
-};
-
-struct Counter {
-  std::mutex mutex;
-  std::condition_variable cv;
-  int count = 0;
-};
-
-// LibTorch 2.11 races when several process groups in one process start their first collective at the
-// same time from different threads: FlightRecorder::recordWithResetEnabled (FlightRecorderDetail.hpp)
-// inserts the group into a process-wide std::map before it takes its mutex, and the tests crashed in
-// that insert about once in 30 runs. Each rank thread therefore enqueues its first collective under one
-// mutex, and none goes on before all have (later collectives of a group only read that map).
-void first_collective(const Group& group, int world, Counter& started, std::chrono::milliseconds timeout) {
-  static std::mutex first_enqueue;
-  c10::intrusive_ptr<c10d::Work> work;
-  {
-    std::lock_guard<std::mutex> lock(first_enqueue);
-    std::vector<torch::Tensor> tensors{torch::zeros({1})};
-    work = group->allreduce(tensors);
-  }
-  work->wait();
-  std::unique_lock<std::mutex> lock(started.mutex);
-  ++started.count;
-  started.cv.notify_all();
-  if (!started.cv.wait_for(lock, timeout, [&] { return started.count == world; })) {
-    throw std::runtime_error("rank threads did not all start their process groups");
-  }
-}
-
-// Runs `body` on `world` threads, rank r with its own Gloo group of the given collective timeout over one
-// shared HashStore, and returns each rank's exception (null when it returned normally). Threads still
-// running at the deadline abort the test program: a hang is a failure, never a pass.
-std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,
-                                                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  // Gloo writes to its peers' sockets with writev, so a write to a peer that has closed its group
-  // raises SIGPIPE, which kills the process silently (exit 141) instead of failing the collective.
-  // Python ignores SIGPIPE at startup, which is why PyTorch users never see this; a C++ program must
-  // ignore it itself.
-  std::signal(SIGPIPE, SIG_IGN);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  auto started = std::make_shared<Counter>();
-  auto finished = std::make_shared<Counter>();
-  std::vector<std::exception_ptr> errors(world);  // [rank]
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r, started, finished] {
-      try {
-        hetseq::ProcessGroupOptions options;
-        options.timeout = timeout;
-        Group group = hetseq::make_process_group(store, r, world, options);
-        first_collective(group, world, *started, timeout);
-        body(r, group);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(finished->mutex);
-      ++finished->count;
-      finished->cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(finished->mutex);
-    if (!finished->cv.wait_for(lock, kDeadline, [&] { return finished->count == world; })) {
-      std::fprintf(stderr, "[ddp test] rank threads still running after %lld s: a collective hung\n",
-                   static_cast<long long>(kDeadline.count()));
-      std::abort();
-    }
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-// As run_ranks_collect, rethrowing the first rank's exception in the calling thread.
-void run_ranks(int world, const RankBody& body) {
-  for (const auto& e : run_ranks_collect(world, body)) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
-
-template <class E>
-bool is_a(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
+using hetseq::test::Group;
+using hetseq::test::is_a;
+using hetseq::test::message_of;
+using hetseq::test::OneIntraOpThread;
+using hetseq::test::run_ranks;
+using hetseq::test::run_ranks_collect;
 
 std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> out;
@@ -410,7 +294,7 @@ TEST_CASE("find_unused_parameters: parameters unused on some or all ranks", "[dd
         loss.backward();
         reducer.finish_update({});
         std::map<std::string, torch::Tensor> named;
-        for (const auto& item : model.named_parameters()) named[item.key()] = item.value().grad().clone();
+        for (const auto& item : model.named_parameters()) named[item.key()] = copies({item.value().grad()})[0];
         grads[rank].push_back(named);
       }
     });
@@ -425,10 +309,16 @@ TEST_CASE("find_unused_parameters: parameters unused on some or all ranks", "[dd
         const auto& g = grads[r][update];
         CHECK(torch::allclose(g.at("a.weight"), 6 * dw));
         CHECK(torch::allclose(g.at("a.bias"), 6 * db));
-        CHECK(torch::allclose(g.at("b.weight"), b_weight * dw));
-        CHECK(torch::allclose(g.at("b.bias"), b_weight * db));
-        CHECK(torch::equal(g.at("never.weight"), torch::zeros({3, 4})));
-        CHECK(torch::equal(g.at("never.bias"), torch::zeros({3})));
+        if (b_weight > 0) {  // used on some ranks: the sum, with zeros from the others
+          REQUIRE(g.at("b.weight").defined());
+          CHECK(torch::allclose(g.at("b.weight"), b_weight * dw));
+          CHECK(torch::allclose(g.at("b.bias"), b_weight * db));
+        } else {  // used on no rank: no gradient, as under DDP, so that the optimizer skips it
+          CHECK_FALSE(g.at("b.weight").defined());
+          CHECK_FALSE(g.at("b.bias").defined());
+        }
+        CHECK_FALSE(g.at("never.weight").defined());
+        CHECK_FALSE(g.at("never.bias").defined());
       }
     }
   }
@@ -455,14 +345,14 @@ TEST_CASE("find_unused_parameters with accumulation: a parameter used only befor
       loss.backward();
     }
     reducer.finish_update({});
-    for (const auto& item : model.named_parameters()) grads[rank][item.key()] = item.value().grad().clone();
+    for (const auto& item : model.named_parameters()) grads[rank][item.key()] = copies({item.value().grad()})[0];
   });
   const torch::Tensor dw = x.sum(0).expand({3, 4});
   for (int r = 0; r < kWorld; ++r) {
     CAPTURE(r);
     CHECK(torch::allclose(grads[r].at("a.weight"), 2 * 6 * dw));  // both micro-batches, all ranks
     CHECK(torch::allclose(grads[r].at("b.weight"), 2 * 6 * dw));  // the first micro-batch, all ranks
-    CHECK(torch::equal(grads[r].at("never.weight"), torch::zeros({3, 4})));
+    CHECK_FALSE(grads[r].at("never.weight").defined());
   }
 }
 
@@ -595,15 +485,24 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
   for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(4, 4));
   std::vector<Group> kept(kWorld);  // the silent rank's group stays open: a stalled peer, not a closed one
   std::vector<std::unique_ptr<DistributedReducer>> reducers(kWorld);
-  // The silent rank itself saw nothing; every other rank failed with an InputError saying `what`.
-  auto check_peers_failed = [&](const auto& errors, const std::string& what) {
+  // The silent rank itself saw nothing; every other rank failed with an InputError that names it, says
+  // `what` failed, and gives Gloo's cause: the group's timeout for a stalled peer; for a peer that
+  // closed its group, the closed socket ("Connection closed by peer" or "... reset by peer", by timing).
+  enum class Cause { kTimeout, kPeerLeft };
+  auto check_peers_failed = [&](const auto& errors, const std::string& what, Cause cause) {
     CHECK_FALSE(errors[kSilent]);
     for (int r = 0; r < kWorld; ++r) {
       if (r == kSilent) continue;
       CAPTURE(r);
       REQUIRE(errors[r]);
       CHECK(is_a<hetseq::InputError>(errors[r]));
-      CHECK_THAT(message_of(errors[r]), Catch::Contains(what));
+      const std::string message = message_of(errors[r]);
+      CHECK_THAT(message, Catch::StartsWith("rank " + std::to_string(r) + " of 3: " + what));
+      if (cause == Cause::kTimeout) {
+        CHECK_THAT(message, Catch::Contains("Timed out waiting 2000ms for"));
+      } else {
+        CHECK_THAT(message, Catch::Contains("Connection closed by peer") || Catch::Contains("Connection reset by peer"));
+      }
     }
   };
 
@@ -623,7 +522,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
         timeout);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(elapsed < 15);
-    check_peers_failed(errors, "gradient bucket");
+    check_peers_failed(errors, "the allreduce of gradient bucket 0 (80 bytes) failed: ", Cause::kTimeout);
   }
 
   SECTION("gradient allreduce, the peer having left (its group closed)") {
@@ -638,7 +537,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           reducer.finish_update({});
         },
         timeout);
-    check_peers_failed(errors, "");
+    check_peers_failed(errors, "the allreduce of gradient bucket 0 (80 bytes) failed: ", Cause::kPeerLeft);
   }
 
   SECTION("statistics") {
@@ -655,7 +554,10 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
             reducers[rank]->reduce_sums({{"loss", 1}});
           },
           timeout);
-      check_peers_failed(errors, "statistics");
+      check_peers_failed(errors,
+                         fast ? "the allreduce (--fast-stat-sync) of the statistics failed: "
+                              : "the allgather of the lengths of the statistics failed: ",
+                         Cause::kTimeout);
       reducers = std::vector<std::unique_ptr<DistributedReducer>>(kWorld);
       kept = std::vector<Group>(kWorld);
     }

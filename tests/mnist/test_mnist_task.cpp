@@ -362,35 +362,6 @@ TEST_CASE("the mnist loss is the summed NLL, with ncorrect and accuracy", "[mnis
   CHECK(model->named_parameters()["fc2.bias"].grad().abs().sum().item<double>() > 0);
 }
 
-TEST_CASE("an empty batch gives a zero loss whose backward gives zero gradients", "[mnist][task]") {
-  SyntheticData data;
-  auto task = make_task({"--data", data.dir.path()});
-  const auto train = task->load_dataset("train");
-  const auto model = task->build_model();
-  const hetseq::Batch empty = train->collate({});
-
-  const hetseq::StepOutput out = task->compute_loss(*model, empty);
-  CHECK(out.loss.dim() == 0);
-  CHECK(out.loss.item<double>() == 0.0);
-  CHECK(out.loss.requires_grad());
-  CHECK(out.sample_size == 0);
-  for (const char* key : {"loss", "nll_loss", "ncorrect", "ntokens", "nsentences", "sample_size"}) {
-    CHECK(out.log.at(key) == 0);
-  }
-
-  model->zero_grad();
-  out.loss.backward();
-  for (const auto& p : model->named_parameters()) {
-    CAPTURE(p.key());
-    REQUIRE(p.value().grad().defined());
-    CHECK(p.value().grad().abs().max().item<double>() == 0.0);
-  }
-
-  const hetseq::StepOutput valid = task->valid_step(*model, empty);
-  CHECK(valid.loss.item<double>() == 0.0);
-  CHECK(valid.sample_size == 0);
-}
-
 TEST_CASE("the installed Fashion-MNIST loads as 60000 train and 10000 test samples, normalised", "[mnist][task]") {
   auto task = make_task({});  // --data defaults to the installed Fashion-MNIST
   CHECK(as_mnist(*task).options().data_dir == kFashionMnist);

@@ -19,7 +19,6 @@ namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(60);
 
-
 struct Counter {
   std::mutex mutex;
   std::condition_variable cv;
@@ -95,6 +94,14 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
 void run_ranks(int world, const RankBody& body) {
   for (const auto& e : run_ranks_collect(world, body)) {
     if (e) std::rethrow_exception(e);
+  }
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
   }
 }
 

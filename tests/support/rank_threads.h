@@ -1,6 +1,6 @@
 #pragma once
-// Ranks as threads in one process (level 1 of STYLE's test levels): each thread has its own Gloo
-// process group over one shared HashStore. Catch2 assertions are not thread-safe: rank threads only
+// Level 1 of STYLE's test levels: ranks as threads in one process, sharing a HashStore, each with its
+// own Gloo process group over loopback. Catch2 assertions are not thread-safe: rank threads only
 // record what they saw, the main thread checks it.
 
 #include <chrono>
@@ -22,18 +22,35 @@ class OneIntraOpThread {
  public:
   OneIntraOpThread();
   ~OneIntraOpThread();
+  OneIntraOpThread(const OneIntraOpThread&) = delete;
+  OneIntraOpThread& operator=(const OneIntraOpThread&) = delete;
 
  private:
   int previous_;
 };
 
 /// Runs `body` on `world` threads, rank r with its own Gloo group of the given collective timeout over
-/// one shared HashStore, and returns each rank's exception (null when it returned normally). Threads
-/// still running after 60 s abort the test program: a hang is a failure, never a pass.
+/// one shared HashStore, and returns each rank's exception, `[rank]` (null when it returned normally).
+/// Threads still running after 60 s abort the test program: a hang is a failure, never a pass.
 std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,
                                                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 /// As run_ranks_collect, rethrowing the first rank's exception in the calling thread.
 void run_ranks(int world, const RankBody& body);
+
+/// The what() of an exception.
+std::string message_of(const std::exception_ptr& e);
+
+/// Whether `e` holds an exception of type E (or derived from it).
+template <class E>
+bool is_a(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 }  // namespace hetseq::test

@@ -245,23 +245,19 @@ TEST_CASE("an update that overflows in fp16 is skipped: no step, no count, half 
   }));
 }
 
-TEST_CASE("fp16 and bf16 autocast train the mnist model on the CPU", "[precision]") {
+// bf16 training is checked end to end, with validation accuracy, in test_mixed_precision_cli.cpp.
+TEST_CASE("fp16 autocast with a loss scale trains the mnist model on the CPU", "[precision]") {
   TempDir dir;
   hetseq::test::write_random_mnist(dir.path(), 32, 8, 7);
-  for (Precision precision : {Precision::kBFloat16, Precision::kFloat16}) {
-    INFO(hetseq::to_string(precision));
-    std::optional<LossScalerOptions> scaling;
-    if (precision == Precision::kFloat16) scaling = scaler_options(128, 2000);
-    Trainer t(dir.path(), precision, scaling);
-    // The same 32 samples again and again: the loss must fall (memorisation).
-    double first = 0, last = 0;
-    for (int64_t u = 0; u < 30; ++u) {
-      const auto r = t.update(u % 2);
-      REQUIRE(!r.skipped);
-      const double loss = r.sums.at("loss") / r.sums.at("sample_size");
-      if (u < 2) first += loss / 2;
-      if (u >= 28) last += loss / 2;
-    }
-    CHECK(last < 0.5 * first);
+  Trainer t(dir.path(), Precision::kFloat16, scaler_options(128, 2000));
+  // The same 32 samples again and again: the loss must fall (memorisation).
+  double first = 0, last = 0;
+  for (int64_t u = 0; u < 30; ++u) {
+    const auto r = t.update(u % 2);
+    REQUIRE(!r.skipped);
+    const double loss = r.sums.at("loss") / r.sums.at("sample_size");
+    if (u < 2) first += loss / 2;
+    if (u >= 28) last += loss / 2;
   }
+  CHECK(last < 0.5 * first);
 }

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +18,10 @@ namespace {
 std::atomic<int64_t> g_rank{0};
 std::atomic<bool> g_all_ranks{false};
 
+std::mutex g_capture_mutex;
+bool g_capturing = false;                // guarded by g_capture_mutex
+std::vector<std::string> g_captured;     // guarded by g_capture_mutex
+
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
     auto l = std::make_shared<spdlog::logger>("hetseq", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -25,27 +31,47 @@ spdlog::logger& logger() {
   }();
   return *instance;
 }
+
+spdlog::level::level_enum to_spdlog(Level level) {
+  static const spdlog::level::level_enum levels[] = {spdlog::level::debug, spdlog::level::info, spdlog::level::warn,
+                                                     spdlog::level::err};
+  return levels[static_cast<int>(level)];
+}
 }  // namespace
 
 void set_rank(int64_t rank) { g_rank = rank; }
 void enable_all_ranks(bool enabled) { g_all_ranks = enabled; }
 
 void set_level(Level level) {
-  static const spdlog::level::level_enum levels[] = {spdlog::level::debug, spdlog::level::info, spdlog::level::warn,
-                                                     spdlog::level::err};
-  logger().set_level(levels[static_cast<int>(level)]);
+  logger().set_level(to_spdlog(level));
 }
 
 void write(Level level, const std::string& message) {
   const int64_t rank = g_rank;
   if (rank != 0 && !g_all_ranks && level != Level::kError) return;
   const std::string line = g_all_ranks ? "rank " + std::to_string(rank) + " | " + message : message;
+  if (logger().should_log(to_spdlog(level))) {
+    std::lock_guard<std::mutex> lock(g_capture_mutex);
+    if (g_capturing) g_captured.push_back(line);
+  }
   switch (level) {
     case Level::kDebug: logger().debug(line); break;
     case Level::kInfo: logger().info(line); break;
     case Level::kWarn: logger().warn(line); break;
     case Level::kError: logger().error(line); break;
   }
+}
+
+void begin_capture() {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  g_capturing = true;
+  g_captured.clear();
+}
+
+std::vector<std::string> end_capture() {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  g_capturing = false;
+  return std::move(g_captured);
 }
 
 }  // namespace hetseq::log
