@@ -231,21 +231,6 @@ class Reader {
 
 }  // namespace
 
-torch::Tensor cpu_copy(const torch::Tensor& t) {
-  return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    out.emplace_back(item.key(), cpu_copy(item.value()));
-  }
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
-    out.emplace_back(item.key(), cpu_copy(item.value()));
-  }
-  return out;
-}
-
 void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                         const std::string& source) {
   std::map<std::string, torch::Tensor> saved(tensors.begin(), tensors.end());
@@ -426,6 +411,20 @@ Checkpoint load_checkpoint(const fs::path& path) {
 
 void load_model(torch::nn::Module& model, const fs::path& path) {
   load_model_tensors(model, load_checkpoint(path).model, path.string());
+}
+
+void check_checkpoint_fits(const Checkpoint& c, const std::string& task, const std::string& model_digest,
+                           const std::string& source) {
+  if (c.task != task) {
+    throw InputError(fmt::format("{}: written by --task {}, but this run has --task {}; pass the right --task or "
+                                 "another --restore-file",
+                                 source, c.task, task));
+  }
+  if (c.model_digest != model_digest) {
+    throw InputError(fmt::format("{}: its model has other parameters (names or shapes) than this run's model; check "
+                                 "the model flags, or pass another --restore-file",
+                                 source));
+  }
 }
 
 }  // namespace hetseq

@@ -11,6 +11,8 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include "hetseq/train/training_state.h"
+
 namespace hetseq {
 
 /// The data plan a checkpoint was written under (see Note [Data plan]): on resume it is compared with
@@ -23,41 +25,22 @@ struct SavedDataPlan {
   }
 };
 
-/// Everything a training run needs to continue exactly where it stopped. See Note [Checkpoint file].
-struct Checkpoint {
+/// Everything a training run needs to continue exactly where it stopped: the Controller's
+/// TrainingState and where the data stands. See Note [Checkpoint file].
+struct Checkpoint : TrainingState {
   static constexpr int64_t kFormatVersion = 1;
 
-  /// Parameters, then buffers, by module path (`conv1.weight`), on the CPU.
-  std::vector<std::pair<std::string, torch::Tensor>> model;
-
-  std::string optimizer_name;                                          // --optimizer
-  std::map<std::string, double> optimizer_options;                     // its hyper-parameters (betas, eps, ...)
-  std::optional<std::map<std::string, torch::Tensor>> optimizer_state;  // absent with --no-save-optimizer-state
-  std::map<std::string, double> loss_scaler;                           // --fp16's DynamicLossScaler (else empty)
-  std::string lr_scheduler_name;                                       // --lr-scheduler
-  std::map<std::string, double> lr_scheduler_state;
-
-  int64_t num_updates = 0;
   int64_t epoch = 1;   // the epoch of the next update
   int64_t offset = 0;  // samples of that epoch's permutation already consumed
-  std::map<std::string, double> meters;  // see Controller::meter_state()
-  torch::Tensor rng_state;               // the CPU generator's state
   std::optional<double> best;            // best --best-checkpoint-metric so far
   SavedDataPlan data_plan;
 
   std::string task;               // --task
   std::string model_digest;       // parameter names and shapes (hetseq/distributed/handshake.h)
-  std::string options;            // the options that must match (TrainOptions::must_match)
+  std::string options;            // the compared flags (Note [Compared flags]), for the record
   std::string torch_version;      // of the LibTorch that wrote the file
   int64_t format_version = kFormatVersion;
 };
-
-/// A copy of `t` on the CPU, detached (one copy, also for CPU tensors): what checkpoints keep of live
-/// tensors that the next update changes.
-torch::Tensor cpu_copy(const torch::Tensor& t);
-
-/// The parameters and buffers of `model` as a checkpoint stores them (CPU copies).
-std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model);
 
 /// Copies `tensors` (from model_tensors) into `model`'s parameters and buffers. Throws
 /// hetseq::InputError naming `source` (the file) on a missing or extra name or a shape mismatch.
@@ -75,6 +58,11 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
 /// A digest of the training state (model, optimizer, LR scheduler, update count and position; not the
 /// meters or RNG), as readable text: ranks that resumed compare it (see check_ranks_agree).
 std::string state_digest(const Checkpoint& checkpoint);
+
+/// Throws hetseq::InputError naming `source` when the checkpoint was written by another task or for
+/// a model of other parameter names or shapes.
+void check_checkpoint_fits(const Checkpoint& checkpoint, const std::string& task, const std::string& model_digest,
+                           const std::string& source);
 
 /// Encodes `checkpoint` once and writes it to each of `paths` atomically (see write_file_atomically).
 void save_checkpoint(const Checkpoint& checkpoint, const std::vector<std::filesystem::path>& paths);

@@ -1,6 +1,5 @@
 #include "hetseq/checkpoint/checkpointer.h"
 
-#include "hetseq/checkpoint/training_state.h"
 #include "hetseq/core/logging.h"
 
 namespace hetseq {
@@ -14,21 +13,26 @@ bool Checkpointer::due_after_update(int64_t num_updates) const { return manager_
 
 bool Checkpointer::due_after_epoch(int64_t epoch) const { return manager_.save_due_after_epoch(epoch); }
 
+Checkpoint Checkpointer::snapshot(Controller& controller, IteratorPosition next, const DataPlan& plan) const {
+  Checkpoint c;
+  static_cast<TrainingState&>(c) = controller.state(!options_.save.no_save_optimizer_state);
+  c.epoch = next.epoch;
+  c.offset = next.offset;
+  c.best = manager_.best();
+  c.data_plan = SavedDataPlan{plan.batch_sizes, plan.update_freqs};
+  c.task = options_.task;
+  c.model_digest = options_.model_digest;
+  c.options = options_.options;
+  return c;
+}
+
 void Checkpointer::save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan) {
   last_saved_ = controller.num_updates();
   if (options_.rank != 0) return;
   const auto files = manager_.files_for(point);
   manager_.record(point);
   if (files.empty()) return;
-  CaptureContext capture;
-  capture.next = next;
-  capture.data_plan = SavedDataPlan{plan.batch_sizes, plan.update_freqs};
-  capture.best = manager_.best();
-  capture.task = options_.task;
-  capture.model_digest = options_.model_digest;
-  capture.options = options_.options;
-  capture.with_optimizer_state = !options_.save.no_save_optimizer_state;
-  const auto removed = manager_.write(capture_checkpoint(controller, capture), files);
+  const auto removed = manager_.write(snapshot(controller, next, plan), files);
   std::vector<std::string> names;
   for (const auto& f : files) names.push_back(f.filename().string());
   log::info("[checkpoint] saved {} in {} (epoch {}, {} updates{})", fmt::join(names, ", "), options_.save.save_dir,

@@ -38,6 +38,8 @@ class Checkpointer {
   /// Saves the training state of `controller` at `point`; `next` is where training continues and
   /// `plan` the data plan of the epoch being trained.
   void save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan);
+  /// The checkpoint that a save now would write (the ranks compare its digest at start).
+  Checkpoint snapshot(Controller& controller, IteratorPosition next, const DataPlan& plan) const;
 
  private:
   CheckpointerOptions options_;

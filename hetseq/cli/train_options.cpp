@@ -4,7 +4,7 @@
 #include <cstring>
 #include <map>
 
-#include "hetseq/checkpoint/optimizer_overrides.h"
+#include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/distributed/per_rank_flags.h"

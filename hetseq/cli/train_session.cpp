@@ -3,8 +3,7 @@
 #include <unistd.h>
 
 #include "hetseq/checkpoint/atomic_file.h"
-#include "hetseq/checkpoint/optimizer_overrides.h"
-#include "hetseq/checkpoint/training_state.h"
+#include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/distributed/ddp_reducer.h"
@@ -62,8 +61,8 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
   }
   join(compared);
   build_controller();
-  resume();
-  build_loop(compared);
+  resume(compared);
+  build_loop();
 }
 
 void TrainSession::build_model(const cxxopts::ParseResult& args) {
@@ -170,18 +169,25 @@ void TrainSession::build_controller() {
                                              copts);
 }
 
-void TrainSession::resume() {
+void TrainSession::resume(const std::map<std::string, std::string>& compared) {
   const CheckpointOptions& ck = o_.checkpoint;
+  CheckpointerOptions copts;
+  copts.save = ck.save;
+  copts.rank = world_.rank();
+  copts.task = o_.common.task;
+  copts.model_digest = digest_;
+  copts.options = as_text(compared);
+  checkpointer_ = std::make_unique<Checkpointer>(copts, resumed_ ? resumed_->best : std::nullopt);
   if (!resumed_) {
     if (!ck.optimizer_overrides.empty()) apply_optimizer_overrides(controller_->optimizer(), ck.optimizer_overrides);
   } else {
     ResumeOptions resume;
-    resume.reset_dataloader = ck.reset_dataloader;
     resume.reset_lr_scheduler = ck.reset_lr_scheduler;
     resume.reset_meters = ck.reset_meters;
     resume.reset_optimizer = ck.reset_optimizer;
     resume.optimizer_overrides = ck.optimizer_overrides;
-    start_ = restore_checkpoint(*controller_, *resumed_, resume, restore_path_);
+    controller_->load_state(*resumed_, resume, restore_path_);
+    start_ = ck.reset_dataloader ? IteratorPosition{1, 0} : IteratorPosition{resumed_->epoch, resumed_->offset};
     log::info("[checkpoint] resumed from {}: {} updates done, continuing in epoch {} at sample {} of its order",
               restore_path_, controller_->num_updates(), start_.epoch, start_.offset);
     const DataPlan now = schedule_->train_plan(start_.epoch);
@@ -194,34 +200,21 @@ void TrainSession::resume() {
     }
   }
   if (!world_.distributed()) return;
-  CaptureContext capture;
-  capture.next = start_;
-  capture.task = o_.common.task;
-  capture.model_digest = digest_;
-  capture.with_optimizer_state = !ck.save.no_save_optimizer_state;
   check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
-                    state_digest(capture_checkpoint(*controller_, capture)),
+                    state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))),
                     "the training state at start (model, optimizer, schedule, position)",
                     "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
                     "share, or give every node the same --restore-file",
                     world_.timeout());
 }
 
-void TrainSession::build_loop(const std::map<std::string, std::string>& compared) {
+void TrainSession::build_loop() {
   const CheckpointOptions& ck = o_.checkpoint;
   ValidatorOptions vopts;
   vopts.device = world_.device();
   vopts.precision = o_.mixed_precision.precision;
   vopts.num_workers = o_.dataset.num_workers;
   validator_ = std::make_unique<Validator>(*task_, reducer_, schedule_->valid_plan(), vopts);
-  CheckpointerOptions copts;
-  copts.save = ck.save;
-  copts.rank = world_.rank();
-  copts.task = o_.common.task;
-  copts.model_digest = digest_;
-  copts.options = as_text(compared);
-  checkpointer_ = std::make_unique<Checkpointer>(copts, resumed_ ? resumed_->best : std::nullopt);
-
   TrainingLoopParts parts{controller_.get(), schedule_.get(), reducer_, train_data_, valid_data_,
                           validator_.get(), checkpointer_.get()};
   TrainingLoopOptions lopts;

@@ -38,8 +38,8 @@ class TrainSession {
   void load_data();
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
-  void resume();
-  void build_loop(const std::map<std::string, std::string>& compared);
+  void resume(const std::map<std::string, std::string>& compared);
+  void build_loop();
 
   const TrainOptions& o_;
   World& world_;

@@ -15,6 +15,7 @@
 #include "hetseq/train/meters.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/train/progress.h"
+#include "hetseq/train/training_state.h"
 
 namespace hetseq {
 
@@ -68,6 +69,15 @@ class Controller {
   /// Starts a new epoch of meters.
   void reset_epoch_meters();
 
+  /// The training state as one value (CPU copies), for checkpoints; the optimizer's buffers are left
+  /// out when `with_optimizer_state` is false (--no-save-optimizer-state).
+  TrainingState state(bool with_optimizer_state = true);
+  /// Restores a state(): optimizer state and hyper-parameters (then the overrides), loss scale, LR
+  /// schedule, update count, meters and random generator, each unless reset. The model's weights are
+  /// not touched (see load_model_tensors). Throws hetseq::InputError naming `source` when the
+  /// optimizer or schedule kind differs without the matching reset flag.
+  void load_state(const TrainingState& state, const ResumeOptions& options, const std::string& source);
+
   /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
   std::map<std::string, double> meter_state() const;
   /// Restores a meter_state() (resume without --reset-meters).
@@ -84,6 +94,7 @@ class Controller {
   Precision precision() const { return options_.precision; }
 
  private:
+  void load_optimizer_state(const TrainingState& state, const std::string& source);
   /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics.
   LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale);
   /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times

@@ -10,7 +10,7 @@
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/checkpoint/checkpoint_manager.h"
-#include "hetseq/checkpoint/optimizer_overrides.h"
+#include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/optim/adam.h"
 #include "support/error_message.h"

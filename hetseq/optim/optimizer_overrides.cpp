@@ -1,4 +1,4 @@
-#include "hetseq/checkpoint/optimizer_overrides.h"
+#include "hetseq/optim/optimizer_overrides.h"
 
 #include <regex>
 #include <set>
