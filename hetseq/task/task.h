@@ -19,6 +19,15 @@ namespace hetseq {
 /// across micro-batches and ranks.
 using LogSums = std::map<std::string, double>;
 
+/// The sum called `key` in `sums`, or `fallback` when there is none.
+inline double sum_or(const LogSums& sums, const std::string& key, double fallback = 0) {
+  auto it = sums.find(key);
+  return it == sums.end() ? fallback : it->second;
+}
+
+/// ln 2: losses are summed in nats and logged in bits (base 2), as fairseq logs them.
+inline constexpr double kLn2 = 0.69314718055994530942;
+
 /// What a train or valid step returns.
 struct StepOutput {
   /// The loss summed (not averaged) over the batch's samples: a scalar tensor. The Controller divides

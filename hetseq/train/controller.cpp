@@ -10,13 +10,6 @@
 namespace hetseq {
 namespace {
 
-constexpr double kLn2 = 0.69314718055994530942;
-
-double get(const LogSums& sums, const std::string& key, double fallback = 0) {
-  auto it = sums.find(key);
-  return it == sums.end() ? fallback : it->second;
-}
-
 void add_into(LogSums& into, const LogSums& from) {
   for (const auto& [k, v] : from) into[k] += v;
 }
@@ -92,7 +85,7 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   reducer_->before_forward();
   result.sums = reducer_->finish_update(run_micro_batches(micro_batches, result.loss_scale));
-  const double sample_size = get(result.sums, "sample_size");
+  const double sample_size = sum_or(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
   normalise_and_clip(sample_size, result);
@@ -187,11 +180,11 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
 }
 
 void Controller::update_meters(const UpdateResult& result) {
-  const double sample_size = get(result.sums, "sample_size");
-  const double ntokens = get(result.sums, "ntokens", sample_size);
-  const double nsentences = get(result.sums, "nsentences", sample_size);
-  meters_.loss.update(get(result.sums, "loss") / sample_size / kLn2, sample_size);
-  meters_.nll_loss.update(get(result.sums, "nll_loss", get(result.sums, "loss")) / ntokens / kLn2, ntokens);
+  const double sample_size = sum_or(result.sums, "sample_size");
+  const double ntokens = sum_or(result.sums, "ntokens", sample_size);
+  const double nsentences = sum_or(result.sums, "nsentences", sample_size);
+  meters_.loss.update(sum_or(result.sums, "loss") / sample_size / kLn2, sample_size);
+  meters_.nll_loss.update(sum_or(result.sums, "nll_loss", sum_or(result.sums, "loss")) / ntokens / kLn2, ntokens);
   meters_.wpb.update(ntokens);
   meters_.bsz.update(nsentences);
   meters_.wps.update(ntokens);

@@ -5,16 +5,6 @@
 #include "hetseq/data/batch_loader.h"
 
 namespace hetseq {
-namespace {
-
-constexpr double kLn2 = 0.69314718055994530942;
-
-double get(const LogSums& sums, const std::string& key, double fallback = 0) {
-  auto it = sums.find(key);
-  return it == sums.end() ? fallback : it->second;
-}
-
-}  // namespace
 
 Validator::Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options)
     : task_(task), reducer_(std::move(reducer)), plan_(std::move(plan)), options_(options) {
@@ -42,10 +32,10 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
 }
 
 std::vector<Stat> Validator::stats(const LogSums& sums, int64_t num_updates) const {
-  const double sample_size = get(sums, "sample_size");
-  const double ntokens = get(sums, "ntokens", sample_size);
-  const double loss = sample_size > 0 ? get(sums, "loss") / sample_size / kLn2 : 0;
-  const double nll = ntokens > 0 ? get(sums, "nll_loss", get(sums, "loss")) / ntokens / kLn2 : 0;
+  const double sample_size = sum_or(sums, "sample_size");
+  const double ntokens = sum_or(sums, "ntokens", sample_size);
+  const double loss = sample_size > 0 ? sum_or(sums, "loss") / sample_size / kLn2 : 0;
+  const double nll = ntokens > 0 ? sum_or(sums, "nll_loss", sum_or(sums, "loss")) / ntokens / kLn2 : 0;
   std::vector<Stat> stats{{"loss", loss}, {"nll_loss", nll}, {"ppl", std::pow(2.0, nll)},
                           {"num_updates", static_cast<double>(num_updates), true}};
   for (const auto& [name, value] : task_.derived_metrics(sums)) stats.push_back({name, value});

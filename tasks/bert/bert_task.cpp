@@ -19,12 +19,7 @@ namespace hetseq::bert {
 namespace {
 
 namespace F = torch::nn::functional;
-constexpr double kLn2 = 0.69314718055994530942;
 
-double get(const LogSums& sums, const char* key) {
-  const auto it = sums.find(key);
-  return it == sums.end() ? 0.0 : it->second;
-}
 
 }  // namespace
 
@@ -130,14 +125,14 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
 
 std::map<std::string, double> BertTask::derived_metrics(const LogSums& sums) const {
   std::map<std::string, double> metrics;
-  const double sentences = get(sums, "nsentences");
-  const double tokens = get(sums, "ntokens");
+  const double sentences = sum_or(sums, "nsentences");
+  const double tokens = sum_or(sums, "ntokens");
   if (sentences > 0) {
-    metrics["mlm_loss"] = get(sums, "mlm_loss_sum") / sentences / kLn2;
-    metrics["nsp_loss"] = get(sums, "nsp_loss_sum") / sentences / kLn2;
-    metrics["nsp_accuracy"] = 100.0 * get(sums, "nsp_correct") / sentences;
+    metrics["mlm_loss"] = sum_or(sums, "mlm_loss_sum") / sentences / kLn2;
+    metrics["nsp_loss"] = sum_or(sums, "nsp_loss_sum") / sentences / kLn2;
+    metrics["nsp_accuracy"] = 100.0 * sum_or(sums, "nsp_correct") / sentences;
   }
-  if (tokens > 0) metrics["mlm_accuracy"] = 100.0 * get(sums, "mlm_correct") / tokens;
+  if (tokens > 0) metrics["mlm_accuracy"] = 100.0 * sum_or(sums, "mlm_correct") / tokens;
   return metrics;
 }
 
