@@ -39,6 +39,7 @@ int evaluate(int argc, const char* const argv[]) {
   }
   const CommonOptions common = read_common(args);
   const MixedPrecisionOptions precision = read_precision(args);
+  if (common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(common.intra_op_threads));
   const int64_t batch_size = parse_int("--max-sentences", args["max-sentences"].as<std::string>());
   if (batch_size <= 0) throw UsageError("--max-sentences must be positive");
   ValidatorOptions vopts;

@@ -143,4 +143,16 @@ TEST_CASE("a short run trains, validates, logs JSON and saves a model that hetse
   const auto eval_lines = json_lines(e.out);
   REQUIRE(eval_lines.size() == 1);
   CHECK(eval_lines[0]["accuracy"].get<double>() == Approx(accuracy).margin(1e-9));
+
+  // hetseq-eval --bf16: the same model under bfloat16 autocast: a loss that differs by rounding only.
+  const auto b = run_process({binary_path("hetseq-eval"), "--task", "mnist", "--path", dir / "save/checkpoint_last.pt",
+                              "--valid-subset", "test", "--log-format", "json", "--max-sentences", "1000", "--bf16"},
+                             std::chrono::seconds(120));
+  REQUIRE(b.exit_code == 0);
+  const auto bf16_lines = json_lines(b.out);
+  REQUIRE(bf16_lines.size() == 1);
+  const double fp32_loss = eval_lines[0]["loss"].get<double>(), bf16_loss = bf16_lines[0]["loss"].get<double>();
+  CHECK(bf16_loss != fp32_loss);
+  CHECK(bf16_loss == Approx(fp32_loss).epsilon(0.02));
+  CHECK(bf16_lines[0]["accuracy"].get<double>() == Approx(accuracy).margin(2.0));
 }

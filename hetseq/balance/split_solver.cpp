@@ -1,0 +1,157 @@
+#include "hetseq/balance/split_solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "hetseq/core/error.h"
+
+namespace hetseq {
+
+// Note [Balancing]
+// ~~~~~~~~~~~~~~~~
+// In a synchronous step every rank waits for the slowest, so the step takes max_r t_r(s_r), where s_r
+// is rank r's share of the update's U samples. Each rank's compute time (data wait, forward and
+// backward, without the time spent waiting in collectives) is modelled as
+//     t_r(s) = m_r(s) * a_r + c_r * s,   m_r(s) = ceil(s / cap_r),
+// a fixed cost a_r per micro-batch plus a cost c_r per sample (Cephalo's intercept + slope model),
+// with shares above the memory cap cut into m_r micro-batches. A proportional rule (s_r ~ 1/c_r)
+// misjudges ranks whose fixed cost is large. The step is shortest when all ranks finish together:
+// find T with sum_r x_r(T) = U, where x_r(T) = sup{x : t_r(x) <= T} is increasing in T, by bisection;
+// then round the x_r by largest remainder so that the shares are integers (multiples of
+// --required-batch-size-multiple where U allows), at least 1, and sum to U exactly. U never changes,
+// so the LR schedule and the samples of each step stay the user's (Note [Plan schedule]). The solver
+// is a pure function: ranks that all-gather the same measurements agree without a broadcast. A new
+// split is applied only when it is predicted to be faster by more than a threshold (Cannikin's 3%
+// deadband against noise), so measurement noise does not make the split oscillate.
+
+RankCost fit_rank_cost(const std::vector<std::pair<int64_t, double>>& m) {
+  HETSEQ_ASSERT(!m.empty(), "fit_rank_cost without measurements");
+  std::set<int64_t> sizes;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [b, t] : m) {
+    sizes.insert(b);
+    sx += static_cast<double>(b);
+    sy += t;
+    sxx += static_cast<double>(b) * static_cast<double>(b);
+    sxy += static_cast<double>(b) * t;
+  }
+  const double n = static_cast<double>(m.size());
+  RankCost cost;
+  const double det = n * sxx - sx * sx;
+  if (sizes.size() >= 2 && det > 0) {
+    cost.per_sample_s = (n * sxy - sx * sy) / det;
+    cost.fixed_s = (sy - cost.per_sample_s * sx) / n;
+  }
+  if (sizes.size() < 2 || cost.per_sample_s <= 0 || cost.fixed_s < 0) {
+    // One size, or a fit that noise made unphysical: proportional through the origin.
+    cost.fixed_s = 0;
+    cost.per_sample_s = sy / std::max(sx, 1.0);
+  }
+  return cost;
+}
+
+int64_t micro_batches_for(int64_t share, int64_t cap) {
+  if (cap <= 0 || share <= cap) return 1;
+  return (share + cap - 1) / cap;
+}
+
+double predicted_seconds(const RankCost& cost, int64_t share, int64_t cap) {
+  return static_cast<double>(micro_batches_for(share, cap)) * cost.fixed_s +
+         cost.per_sample_s * static_cast<double>(share);
+}
+
+double predicted_step_seconds(const SplitProblem& p, const std::vector<int64_t>& shares) {
+  double worst = 0;
+  for (size_t r = 0; r < shares.size(); ++r) worst = std::max(worst, predicted_seconds(p.costs[r], shares[r], p.caps[r]));
+  return worst;
+}
+
+namespace {
+
+// The largest (real) share rank `cost` finishes within `t` seconds: the sup of x with
+// ceil(x / cap) * a + c * x <= t, searched segment by segment of the micro-batch count.
+double share_within(const RankCost& cost, int64_t cap, double t, double limit) {
+  const double c = std::max(cost.per_sample_s, 1e-15);
+  if (cap <= 0) return std::clamp((t - cost.fixed_s) / c, 0.0, limit);
+  double best = 0;
+  for (int64_t k = 1; static_cast<double>(k - 1) * static_cast<double>(cap) < limit; ++k) {
+    const double x = (t - static_cast<double>(k) * cost.fixed_s) / c;
+    const double lo = static_cast<double>(k - 1) * static_cast<double>(cap);
+    if (x <= lo) break;  // more micro-batches only cost more
+    best = std::min(x, static_cast<double>(k) * static_cast<double>(cap));
+  }
+  return std::min(best, limit);
+}
+
+// Integer shares from real ones: `total / unit` whole units of `unit` samples, at least one per rank,
+// the rest by largest remainder; what U leaves over a multiple of `unit` goes to the largest
+// remainder too. With fewer units than ranks the unit is one sample.
+std::vector<int64_t> round_shares(const std::vector<double>& x, int64_t total, int64_t unit) {
+  const size_t n = x.size();
+  if (total / unit < static_cast<int64_t>(n)) unit = 1;
+  const int64_t count = total / unit;
+  const int64_t rest = count - static_cast<int64_t>(n);  // units beyond each rank's first
+  const double sum = std::accumulate(x.begin(), x.end(), 0.0);
+  std::vector<double> beyond(n);  // [rank] units wanted beyond the first
+  for (size_t r = 0; r < n; ++r) {
+    const double want = sum > 0 ? x[r] / sum * static_cast<double>(count) : static_cast<double>(count) / n;
+    beyond[r] = std::max(0.0, want - 1.0);
+  }
+  const double beyond_sum = std::accumulate(beyond.begin(), beyond.end(), 0.0);
+  std::vector<int64_t> out(n, 1);
+  std::vector<std::pair<double, size_t>> remainders;  // (remainder, rank)
+  int64_t given = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const double w = beyond_sum > 0 ? beyond[r] / beyond_sum * static_cast<double>(rest)
+                                    : static_cast<double>(rest) / static_cast<double>(n);
+    const auto whole = static_cast<int64_t>(std::floor(w));
+    out[r] += whole;
+    given += whole;
+    remainders.emplace_back(w - static_cast<double>(whole), r);
+  }
+  // Largest remainder first; ties go to the lower rank, so every rank computes the same split.
+  std::sort(remainders.begin(), remainders.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  for (size_t i = 0; given < rest; ++i, ++given) ++out[remainders[i % n].second];
+  for (auto& share : out) share *= unit;
+  out[remainders.front().second] += total - count * unit;
+  return out;
+}
+
+}  // namespace
+
+Split solve_split(const SplitProblem& p) {
+  const size_t n = p.costs.size();
+  HETSEQ_ASSERT(n > 0 && p.caps.size() == n, "solve_split: {} costs, {} caps", n, p.caps.size());
+  const int64_t total = p.samples_per_update;
+  if (total < static_cast<int64_t>(n)) {
+    throw UsageError(fmt::format("balancing: {} samples per update cannot give each of {} ranks one", total, n));
+  }
+  const double limit = static_cast<double>(total);
+  double lo = 0, hi = 0;
+  for (size_t r = 0; r < n; ++r) hi = std::max(hi, predicted_seconds(p.costs[r], total, p.caps[r]));
+  std::vector<double> x(n);
+  for (int iteration = 0; iteration < 100; ++iteration) {
+    const double mid = 0.5 * (lo + hi);
+    double sum = 0;
+    for (size_t r = 0; r < n; ++r) sum += share_within(p.costs[r], p.caps[r], mid, limit);
+    (sum >= limit ? hi : lo) = mid;
+  }
+  for (size_t r = 0; r < n; ++r) x[r] = share_within(p.costs[r], p.caps[r], hi, limit);
+  Split split;
+  split.shares = round_shares(x, total, std::max<int64_t>(1, p.multiple));
+  for (size_t r = 0; r < n; ++r) split.micro_batches.push_back(micro_batches_for(split.shares[r], p.caps[r]));
+  split.predicted_step_s = predicted_step_seconds(p, split.shares);
+  return split;
+}
+
+bool worth_switching(const SplitProblem& p, const std::vector<int64_t>& current, const Split& proposed,
+                     double threshold) {
+  if (current == proposed.shares) return false;
+  const double now = predicted_step_seconds(p, current);
+  return proposed.predicted_step_s < now * (1.0 - threshold);
+}
+
+}  // namespace hetseq

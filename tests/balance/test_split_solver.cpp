@@ -1,0 +1,93 @@
+// The split math of balancing (Note [Balancing]), level 1: no processes, exact expected splits.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "hetseq/balance/split_solver.h"
+#include "hetseq/core/error.h"
+#include "support/error_message.h"
+
+using hetseq::RankCost;
+using hetseq::SplitProblem;
+
+namespace {
+
+SplitProblem problem(int64_t total, std::vector<RankCost> costs, std::vector<int64_t> caps = {}, int64_t multiple = 1) {
+  SplitProblem p;
+  p.samples_per_update = total;
+  p.caps = caps.empty() ? std::vector<int64_t>(costs.size(), 0) : caps;
+  p.costs = std::move(costs);
+  p.multiple = multiple;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("Balancing: per-sample costs alone give shares inversely proportional to them", "[balance]") {
+  const auto split = hetseq::solve_split(problem(70, {{0, 1e-3}, {0, 2e-3}, {0, 4e-3}}));
+  CHECK(split.shares == std::vector<int64_t>{40, 20, 10});
+  CHECK(split.micro_batches == std::vector<int64_t>{1, 1, 1});
+  CHECK(split.predicted_step_s == Approx(0.040));
+}
+
+TEST_CASE("Balancing: a fixed cost per micro-batch takes samples from the rank that pays it", "[balance]") {
+  // Equal per-sample cost, 20 ms more per micro-batch on rank 1: T - 0 + T - 20 ms = 100 samples x 1 ms.
+  // A proportional rule would split 50/50 and wait 70 ms for rank 1.
+  const auto split = hetseq::solve_split(problem(100, {{0, 1e-3}, {20e-3, 1e-3}}));
+  CHECK(split.shares == std::vector<int64_t>{60, 40});
+  CHECK(split.predicted_step_s == Approx(0.060));
+}
+
+TEST_CASE("Balancing: a share over the memory cap becomes several micro-batches", "[balance]") {
+  // Rank 0 is fast but holds 32 samples at a time (5 ms per micro-batch); rank 1 is 4x slower per
+  // sample without a cap. Equal time: 3 x 5 ms + x0 x 1 ms = x1 x 4 ms with x0 + x1 = 100.
+  const auto split = hetseq::solve_split(problem(100, {{5e-3, 1e-3}, {0, 4e-3}}, {32, 0}));
+  CHECK(split.shares == std::vector<int64_t>{77, 23});
+  CHECK(split.micro_batches == std::vector<int64_t>{3, 1});
+  CHECK(split.predicted_step_s == Approx(0.092));
+  CHECK(hetseq::micro_batches_for(64, 32) == 2);
+  CHECK(hetseq::micro_batches_for(65, 32) == 3);
+  CHECK(hetseq::predicted_seconds({5e-3, 1e-3}, 65, 32) == Approx(3 * 5e-3 + 65e-3));
+}
+
+TEST_CASE("Balancing: shares are whole multiples of --required-batch-size-multiple and sum to U", "[balance]") {
+  // 100 samples over 3 equal ranks in multiples of 8: 12 units of 8 (4 each) and 4 samples left over,
+  // which go to the first of the tied ranks.
+  const auto split = hetseq::solve_split(problem(100, {{0, 1e-3}, {0, 1e-3}, {0, 1e-3}}, {}, 8));
+  CHECK(split.shares == std::vector<int64_t>{36, 32, 32});
+  // A rank that is 1000x slower still gets one sample; the total stays U.
+  const auto slow = hetseq::solve_split(problem(10, {{0, 1e-3}, {0, 1.0}}));
+  CHECK(slow.shares == std::vector<int64_t>{9, 1});
+  CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([] { hetseq::solve_split(problem(2, {{0, 1}, {0, 1}, {0, 1}})); }),
+             Catch::Contains("2 samples per update cannot give each of 3 ranks one"));
+}
+
+TEST_CASE("Balancing: noise below the threshold changes nothing, a real imbalance does", "[balance]") {
+  const std::vector<int64_t> current{50, 50};
+  const auto noisy = problem(100, {{0, 1.02e-3}, {0, 1.0e-3}});
+  CHECK_FALSE(hetseq::worth_switching(noisy, current, hetseq::solve_split(noisy), 0.05));
+  const auto skewed = problem(100, {{0, 2e-3}, {0, 1e-3}});
+  const auto better = hetseq::solve_split(skewed);
+  CHECK(better.shares == std::vector<int64_t>{33, 67});
+  CHECK(hetseq::worth_switching(skewed, current, better, 0.05));
+  CHECK_FALSE(hetseq::worth_switching(skewed, better.shares, better, 0.05));
+}
+
+TEST_CASE("Balancing: the same measurements give the same split, and costs are fitted from them", "[balance]") {
+  const auto p = problem(192, {{3e-3, 0.7e-3}, {1e-3, 0.35e-3}, {3e-3, 0.7e-3}}, {64, 64, 64}, 2);
+  const auto a = hetseq::solve_split(p), b = hetseq::solve_split(p);
+  CHECK(a.shares == b.shares);
+  CHECK(std::accumulate(a.shares.begin(), a.shares.end(), int64_t{0}) == 192);
+  CHECK(std::abs(a.shares[0] - a.shares[2]) <= 2);  // equal ranks: equal shares but for one unit of rounding
+  CHECK(a.shares[1] > a.shares[0]);
+
+  // t = 10 ms + 2 ms x b, measured at three sizes: intercept and slope recovered.
+  const auto fit = hetseq::fit_rank_cost({{16, 0.042}, {32, 0.074}, {64, 0.138}, {32, 0.074}});
+  CHECK(fit.fixed_s == Approx(0.010));
+  CHECK(fit.per_sample_s == Approx(0.002));
+  // One size only: the fixed part cannot be told apart, the fit is proportional.
+  const auto proportional = hetseq::fit_rank_cost({{32, 0.064}, {32, 0.066}});
+  CHECK(proportional.fixed_s == 0);
+  CHECK(proportional.per_sample_s == Approx(0.065 / 32));
+}
