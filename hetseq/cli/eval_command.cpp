@@ -4,6 +4,7 @@
 #include "hetseq/cli/train_command.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
+#include "hetseq/core/flags.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/task/task_registry.h"
@@ -13,19 +14,15 @@ namespace hetseq::cli {
 namespace {
 
 cxxopts::Options make_eval_parser(const std::optional<std::string>& task) {
-  const std::map<std::string, std::string> defaults = task_defaults(task);
-  auto def = [&](const std::string& name, const std::string& general) {
-    auto it = defaults.find(name);
-    return cxxopts::value<std::string>()->default_value(it == defaults.end() ? general : it->second);
-  };
+  const DefaultOf d = defaults_from(task_defaults(task));
   cxxopts::Options parser("hetseq-eval", "Evaluates a saved hetseq model on data splits.");
   add_common_flags(parser, task);
   add_precision_flags(parser, task);
   parser.add_options("Evaluation")
-      ("path", "the model file (checkpoint) to evaluate", def("path", "checkpoints/checkpoint_last.pt"))
-      ("valid-subset", "comma-separated splits to evaluate", def("valid-subset", "valid"))
-      ("max-sentences", "samples per batch", def("max-sentences", "256"))
-      ("num-workers", "background threads that build batches", def("num-workers", "1"));
+      ("path", "the model file (checkpoint) to evaluate", text_flag(d, "path", "checkpoints/checkpoint_last.pt"))
+      ("valid-subset", "comma-separated splits to evaluate", text_flag(d, "valid-subset", "valid"))
+      ("max-sentences", "samples per batch", text_flag(d, "max-sentences", "256"))
+      ("num-workers", "background threads that build batches", text_flag(d, "num-workers", "1"));
   for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
   return parser;
 }
@@ -40,16 +37,15 @@ int evaluate(int argc, const char* const argv[]) {
   const CommonOptions common = read_common(args);
   const MixedPrecisionOptions precision = read_precision(args);
   if (common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(common.intra_op_threads));
-  const int64_t batch_size = parse_int("--max-sentences", args["max-sentences"].as<std::string>());
+  const int64_t batch_size = flag_integer(args, "max-sentences");
   if (batch_size <= 0) throw UsageError("--max-sentences must be positive");
   ValidatorOptions vopts;
-  vopts.num_workers = parse_int("--num-workers", args["num-workers"].as<std::string>());
+  vopts.num_workers = flag_integer(args, "num-workers");
   vopts.precision = precision.precision;
   WorldOptions single;
   single.cpu = common.cpu;
   const World world(single);
   vopts.device = world.device();
-  check_precision_supported(vopts.precision, vopts.device, "--" + to_string(vopts.precision));
 
   TaskContext context;
   context.device = vopts.device;

@@ -6,6 +6,7 @@
 
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
+#include "hetseq/core/flags.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/distributed/per_rank_flags.h"
 #include "hetseq/optim/registry.h"
@@ -26,24 +27,16 @@ const std::map<std::string, std::string>& aliases() {
 
 std::string str(const cxxopts::ParseResult& args, const std::string& name) { return args[name].as<std::string>(); }
 
-int64_t integer(const cxxopts::ParseResult& args, const std::string& name) {
-  return parse_int("--" + name, str(args, name));
-}
-
 int64_t non_negative(const cxxopts::ParseResult& args, const std::string& name) {
-  const int64_t v = integer(args, name);
+  const int64_t v = flag_integer(args, name);
   if (v < 0) throw UsageError(fmt::format("--{}: {} is negative; it must be 0 or more", name, v));
   return v;
 }
 
 int64_t positive(const cxxopts::ParseResult& args, const std::string& name) {
-  const int64_t v = integer(args, name);
+  const int64_t v = flag_integer(args, name);
   if (v <= 0) throw UsageError(fmt::format("--{}: {} must be a positive integer", name, v));
   return v;
-}
-
-double number(const cxxopts::ParseResult& args, const std::string& name) {
-  return parse_double("--" + name, str(args, name));
 }
 
 bool flag(const cxxopts::ParseResult& args, const std::string& name) { return args[name].as<bool>(); }
@@ -84,151 +77,133 @@ std::map<std::string, std::string> task_defaults(const std::optional<std::string
 
 namespace {
 
-// Flag values with the defaults of the task named by --task (see TaskSpec::defaults).
-struct FlagValues {
-  std::map<std::string, std::string> defaults;
-  std::string def(const std::string& name, const std::string& general) const {
-    auto it = defaults.find(name);
-    return it == defaults.end() ? general : it->second;
-  }
-  std::shared_ptr<cxxopts::Value> text(const std::string& name, const std::string& general) const {
-    return cxxopts::value<std::string>()->default_value(def(name, general));
-  }
-  std::shared_ptr<cxxopts::Value> opt_text(const std::string& name) const {
-    auto v = cxxopts::value<std::string>();
-    if (defaults.count(name)) v->default_value(defaults.at(name));
-    return v;
-  }
-  static std::shared_ptr<cxxopts::Value> boolean() { return cxxopts::value<bool>()->default_value("false"); }
-};
+// The defaults of the task named by --task, as every flag group declares its flags with them.
+DefaultOf task_default_of(const std::optional<std::string>& task) { return defaults_from(task_defaults(task)); }
 
 }  // namespace
 
 void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options()
       ("h,help", "show this help (with --task T, also T's flags and defaults) and exit")
-      ("task", "the task to train (see Tasks above)", v.opt_text("task"))
-      ("data", "path of the task's data", v.opt_text("data"))
-      ("seed", "pseudo random number generator seed", v.text("seed", "19940802"))
-      ("cpu", "use the CPU even when CUDA is available", v.boolean())
-      ("no-progress-bar", "disable the progress bar", v.boolean())
-      ("log-interval", "log statistics every N updates", v.text("log-interval", "100"))
-      ("log-format", "how statistics are printed: none, simple, json", v.text("log-format", "simple"))
+      ("task", "the task to train (see Tasks above)", optional_flag(d, "task"))
+      ("data", "path of the task's data", optional_flag(d, "data"))
+      ("seed", "pseudo random number generator seed", text_flag(d, "seed", "19940802"))
+      ("cpu", "use the CPU even when CUDA is available", switch_flag())
+      ("no-progress-bar", "disable the progress bar", switch_flag())
+      ("log-interval", "log statistics every N updates", text_flag(d, "log-interval", "100"))
+      ("log-format", "how statistics are printed: none, simple, json", text_flag(d, "log-format", "simple"))
       ("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
-       v.text("intra-op-threads", "0"));
+       text_flag(d, "intra-op-threads", "0"));
 }
 
 void add_precision_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options("Mixed precision")
       ("fp16", "forward passes in float16 (autocast) with dynamic loss scaling; weights, gradients and optimizer "
-       "stay float32 (alias --memory-efficient-fp16)", v.boolean())
-      ("bf16", "forward passes in bfloat16 (autocast), on CUDA or the CPU; no loss scaling needed", v.boolean())
-      ("fp16-init-scale", "initial loss scale of --fp16, a power of two", v.text("fp16-init-scale", "128"))
+       "stay float32 (alias --memory-efficient-fp16)", switch_flag())
+      ("bf16", "forward passes in bfloat16 (autocast), on CUDA or the CPU; no loss scaling needed", switch_flag())
+      ("fp16-init-scale", "initial loss scale of --fp16, a power of two", text_flag(d, "fp16-init-scale", "128"))
       ("fp16-scale-window", "updates without overflow before the loss scale doubles (default: 16384 / "
-       "micro-batches per update over all ranks)", v.opt_text("fp16-scale-window"))
+       "micro-batches per update over all ranks)", optional_flag(d, "fp16-scale-window"))
       ("fp16-scale-tolerance", "share of overflowing updates tolerated before the loss scale halves",
-       v.text("fp16-scale-tolerance", "0"))
-      ("min-loss-scale", "stop with an error when the loss scale falls below this", v.text("min-loss-scale", "1e-4"))
+       text_flag(d, "fp16-scale-tolerance", "0"))
+      ("min-loss-scale", "stop with an error when the loss scale falls below this", text_flag(d, "min-loss-scale", "1e-4"))
       ("threshold-loss-scale", "the loss scale never halves below this (a power of two)",
-       v.opt_text("threshold-loss-scale"));
+       optional_flag(d, "threshold-loss-scale"));
 }
 
 void add_dataset_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options("Dataset and data loading")
       ("num-workers", "background threads that build batches (0: build in the training thread)",
-       v.text("num-workers", "1"))
+       text_flag(d, "num-workers", "1"))
       ("max-sentences", "samples per batch (alias --batch-size); a comma list gives one per local worker",
-       v.opt_text("max-sentences"))
+       optional_flag(d, "max-sentences"))
       ("max-sentences-valid", "samples per validation batch (default: --max-sentences)",
-       v.opt_text("max-sentences-valid"))
+       optional_flag(d, "max-sentences-valid"))
       ("required-batch-size-multiple", "round batch sizes down to a multiple of N",
-       v.text("required-batch-size-multiple", "1"))
-      ("train-subset", "data split to train on", v.text("train-subset", "train"))
-      ("valid-subset", "comma-separated data splits to validate on", v.text("valid-subset", "valid"))
-      ("validate-interval", "validate every N epochs", v.text("validate-interval", "1"))
-      ("disable-validation", "disable validation", v.boolean())
-      ("curriculum", "don't shuffle batches for the first N epochs", v.text("curriculum", "0"));
+       text_flag(d, "required-batch-size-multiple", "1"))
+      ("train-subset", "data split to train on", text_flag(d, "train-subset", "train"))
+      ("valid-subset", "comma-separated data splits to validate on", text_flag(d, "valid-subset", "valid"))
+      ("validate-interval", "validate every N epochs", text_flag(d, "validate-interval", "1"))
+      ("disable-validation", "disable validation", switch_flag())
+      ("curriculum", "don't shuffle batches for the first N epochs", text_flag(d, "curriculum", "0"));
 }
 
 void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options("Optimization")
-      ("max-epoch", "force stop training at this epoch (alias --me; 0: no limit)", v.text("max-epoch", "0"))
-      ("max-update", "force stop training at this update (alias --mu; 0: no limit)", v.text("max-update", "0"))
-      ("clip-norm", "clip threshold of gradients (0: no clipping)", v.text("clip-norm", "25"))
+      ("max-epoch", "force stop training at this epoch (alias --me; 0: no limit)", text_flag(d, "max-epoch", "0"))
+      ("max-update", "force stop training at this update (alias --mu; 0: no limit)", text_flag(d, "max-update", "0"))
+      ("clip-norm", "clip threshold of gradients (0: no clipping)", text_flag(d, "clip-norm", "25"))
       ("update-freq", "update parameters every N_i batches in epoch i (comma list N1,N2,...)",
-       v.text("update-freq", "1"))
-      ("lr", "learning rate for the first epochs (comma list; alias --learning-rate)", v.text("lr", "0.25"))
-      ("min-lr", "stop training when the learning rate reaches this minimum", v.text("min-lr", "-1"))
-      ("optimizer", fmt::format("{}", fmt::join(optim::optimizers().names(), ", ")), v.text("optimizer", "adam"))
-      ("weight-decay", "weight decay (alias --wd): decoupled for adam, L2 for sgd", v.text("weight-decay", "0"));
+       text_flag(d, "update-freq", "1"))
+      ("lr", "learning rate for the first epochs (comma list; alias --learning-rate)", text_flag(d, "lr", "0.25"))
+      ("min-lr", "stop training when the learning rate reaches this minimum", text_flag(d, "min-lr", "-1"))
+      ("optimizer", fmt::format("{}", fmt::join(optim::optimizers().names(), ", ")), text_flag(d, "optimizer", "adam"))
+      ("weight-decay", "weight decay (alias --wd): decoupled for adam, L2 for sgd", text_flag(d, "weight-decay", "0"));
   parser.add_options("Learning rate scheduler")
       ("lr_scheduler", fmt::format("{} (alias --lr-scheduler)", fmt::join(optim::lr_schedulers().names(), ", ")),
-       v.text("lr_scheduler", "PolynomialDecayScheduler"))
-      ("force-anneal", "force annealing at this epoch (alias --fa)", v.opt_text("force-anneal"))
+       text_flag(d, "lr_scheduler", "PolynomialDecayScheduler"))
+      ("force-anneal", "force annealing at this epoch (alias --fa)", optional_flag(d, "force-anneal"))
       ("warmup-updates", "warm the learning rate up linearly over the first N updates",
-       v.text("warmup-updates", "0"));
-  const optim::DefaultOf default_of = [v](const std::string& name, const std::string& general) {
-    return v.def(name, general);
-  };
-  optim::optimizers().add_options(parser, default_of);
-  optim::lr_schedulers().add_options(parser, default_of);
+       text_flag(d, "warmup-updates", "0"));
+  optim::optimizers().add_options(parser, d);
+  optim::lr_schedulers().add_options(parser, d);
 }
 
 void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options("Distributed training")
       ("distributed-world-size", "total number of workers across all nodes (default: this node's workers)",
-       v.opt_text("distributed-world-size"))
-      ("distributed-rank", "global rank of this node's first worker", v.text("distributed-rank", "0"))
+       optional_flag(d, "distributed-world-size"))
+      ("distributed-rank", "global rank of this node's first worker", text_flag(d, "distributed-rank", "0"))
       ("distributed-gpus", "workers on this node, worker i on device i (default: CUDA devices, or 1)",
-       v.opt_text("distributed-gpus"))
+       optional_flag(d, "distributed-gpus"))
       ("distributed-backend", "gloo or nccl (default: nccl with CUDA, gloo with --cpu or without CUDA)",
-       v.opt_text("distributed-backend"))
+       optional_flag(d, "distributed-backend"))
       ("distributed-init-method", "tcp://HOST:PORT, file:///shared/path or env:// (Slurm's variables when unset)",
-       v.opt_text("distributed-init-method"))
-      ("device-id", "device of this worker (alias --local_rank; set by the launcher)", v.text("device-id", "0"))
+       optional_flag(d, "distributed-init-method"))
+      ("device-id", "device of this worker (alias --local_rank; set by the launcher)", text_flag(d, "device-id", "0"))
       ("distributed-no-spawn", "run one worker in this process instead of starting --distributed-gpus workers",
-       v.boolean())
+       switch_flag())
       ("distributed-timeout", "seconds to wait for the rendezvous and for each collective",
-       v.text("distributed-timeout", "300"))
-      ("bucket-cap-mb", "gradient bucket size in MB", v.text("bucket-cap-mb", "25"))
-      ("find-unused-parameters", "allow models that leave some parameters out of a step", v.boolean())
+       text_flag(d, "distributed-timeout", "300"))
+      ("bucket-cap-mb", "gradient bucket size in MB", text_flag(d, "bucket-cap-mb", "25"))
+      ("find-unused-parameters", "allow models that leave some parameters out of a step", switch_flag())
       ("broadcast-buffers", "broadcast the model's buffers from rank 0 before each update's forward passes "
        "(--broadcast-buffers=false to keep each rank's own)", cxxopts::value<bool>()->default_value("true"))
-      ("fast-stat-sync", "reduce logged statistics in one small allreduce", v.boolean())
-      ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", v.boolean());
+      ("fast-stat-sync", "reduce logged statistics in one small allreduce", switch_flag())
+      ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", switch_flag());
 }
 
 void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
-  const FlagValues v{task_defaults(task)};
+  const DefaultOf d = task_default_of(task);
   parser.add_options("Checkpointing")
-      ("save-dir", "path to save checkpoints", v.text("save-dir", "checkpoints"))
+      ("save-dir", "path to save checkpoints", text_flag(d, "save-dir", "checkpoints"))
       ("restore-file", "checkpoint to resume from: a file name in --save-dir, or a path",
-       v.text("restore-file", "checkpoint_last.pt"))
-      ("reset-dataloader", "on resume, start at the first sample of epoch 1 (keep the update count)", v.boolean())
-      ("reset-lr-scheduler", "on resume, don't load the learning rate scheduler state", v.boolean())
-      ("reset-meters", "on resume, don't load the meters", v.boolean())
-      ("reset-optimizer", "on resume, don't load the optimizer state, hyper-parameters or loss scale", v.boolean())
+       text_flag(d, "restore-file", "checkpoint_last.pt"))
+      ("reset-dataloader", "on resume, start at the first sample of epoch 1 (keep the update count)", switch_flag())
+      ("reset-lr-scheduler", "on resume, don't load the learning rate scheduler state", switch_flag())
+      ("reset-meters", "on resume, don't load the meters", switch_flag())
+      ("reset-optimizer", "on resume, don't load the optimizer state, hyper-parameters or loss scale", switch_flag())
       ("optimizer-overrides", "on resume, optimizer hyper-parameters to change: key=value,... (e.g. beta2=0.98)",
-       v.text("optimizer-overrides", ""))
-      ("save-interval", "save a checkpoint every N epochs", v.text("save-interval", "1"))
+       text_flag(d, "optimizer-overrides", ""))
+      ("save-interval", "save a checkpoint every N epochs", text_flag(d, "save-interval", "1"))
       ("save-interval-updates", "save a checkpoint (and validate) every N updates (0: off)",
-       v.text("save-interval-updates", "0"))
+       text_flag(d, "save-interval-updates", "0"))
       ("keep-interval-updates", "keep only the last N checkpoints of --save-interval-updates (-1: all)",
-       v.text("keep-interval-updates", "-1"))
-      ("keep-last-epochs", "keep only the last N epoch checkpoints (-1: all)", v.text("keep-last-epochs", "-1"))
-      ("no-save", "don't save models or checkpoints", v.boolean())
-      ("no-epoch-checkpoints", "only store the last and best checkpoints", v.boolean())
-      ("no-last-checkpoints", "don't store the last checkpoint", v.boolean())
-      ("no-save-optimizer-state", "don't save the optimizer state in checkpoints", v.boolean())
-      ("best-checkpoint-metric", "validation statistic that picks checkpoint_best.pt", v.text("best-checkpoint-metric", "loss"))
-      ("maximize-best-checkpoint-metric", "a larger --best-checkpoint-metric is better", v.boolean())
+       text_flag(d, "keep-interval-updates", "-1"))
+      ("keep-last-epochs", "keep only the last N epoch checkpoints (-1: all)", text_flag(d, "keep-last-epochs", "-1"))
+      ("no-save", "don't save models or checkpoints", switch_flag())
+      ("no-epoch-checkpoints", "only store the last and best checkpoints", switch_flag())
+      ("no-last-checkpoints", "don't store the last checkpoint", switch_flag())
+      ("no-save-optimizer-state", "don't save the optimizer state in checkpoints", switch_flag())
+      ("best-checkpoint-metric", "validation statistic that picks checkpoint_best.pt", text_flag(d, "best-checkpoint-metric", "loss"))
+      ("maximize-best-checkpoint-metric", "a larger --best-checkpoint-metric is better", switch_flag())
       ("dump-sample-ids", "debugging: each rank appends the sample indices of every update to DIR/samples-rankR.txt",
-       v.opt_text("dump-sample-ids"));
+       optional_flag(d, "dump-sample-ids"));
 }
 
 cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
@@ -290,13 +265,13 @@ std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser
 
 CommonOptions read_common(const cxxopts::ParseResult& args) {
   CommonOptions c;
-  if (!args.count("task") && !args["task"].has_default()) {
+  if (!flag_set(args, "task")) {
     throw UsageError(fmt::format("--task is required; known tasks: {}",
                                  fmt::join(TaskRegistry::global().names(), ", ")));
   }
   c.task = str(args, "task");
   TaskRegistry::global().get(c.task);  // throws on an unknown task
-  const int64_t seed = integer(args, "seed");
+  const int64_t seed = flag_integer(args, "seed");
   if (seed < 0) throw UsageError(fmt::format("--seed: {} is negative", seed));
   c.seed = static_cast<uint64_t>(seed);
   c.cpu = flag(args, "cpu");
@@ -318,11 +293,11 @@ MixedPrecisionOptions read_precision(const cxxopts::ParseResult& args) {
       throw UsageError(fmt::format("--{} sets the loss scaling of --fp16; add --fp16 or leave it out", name));
     }
   }
-  m.scaler.init_scale = number(args, "fp16-init-scale");
+  m.scaler.init_scale = flag_number(args, "fp16-init-scale");
   if (args.count("fp16-scale-window")) m.scale_window = positive(args, "fp16-scale-window");
-  m.scaler.tolerance = number(args, "fp16-scale-tolerance");
-  m.scaler.min_scale = number(args, "min-loss-scale");
-  if (args.count("threshold-loss-scale")) m.scaler.threshold = number(args, "threshold-loss-scale");
+  m.scaler.tolerance = flag_number(args, "fp16-scale-tolerance");
+  m.scaler.min_scale = flag_number(args, "min-loss-scale");
+  if (args.count("threshold-loss-scale")) m.scaler.threshold = flag_number(args, "threshold-loss-scale");
   if (fp16) m.scaler.validate();
   return m;
 }
@@ -332,14 +307,14 @@ namespace {
 DatasetOptions read_dataset(const cxxopts::ParseResult& args) {
   DatasetOptions d;
   d.num_workers = non_negative(args, "num-workers");
-  if (!args.count("max-sentences") && !args["max-sentences"].has_default()) {
+  if (!flag_set(args, "max-sentences")) {
     throw UsageError("--max-sentences (or --batch-size) is required: the number of samples per batch");
   }
   d.max_sentences = parse_int_list("--max-sentences", str(args, "max-sentences"));
   for (int64_t b : d.max_sentences) {
     if (b <= 0) throw UsageError(fmt::format("--max-sentences: {} must be a positive integer", b));
   }
-  if (args.count("max-sentences-valid") || args["max-sentences-valid"].has_default()) {
+  if (flag_set(args, "max-sentences-valid")) {
     d.max_sentences_valid = positive(args, "max-sentences-valid");
   }
   d.required_batch_size_multiple = positive(args, "required-batch-size-multiple");
@@ -355,7 +330,7 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
   OptimizationOptions p;
   p.max_epoch = non_negative(args, "max-epoch");
   p.max_update = non_negative(args, "max-update");
-  p.clip_norm = number(args, "clip-norm");
+  p.clip_norm = flag_number(args, "clip-norm");
   if (p.clip_norm < 0) throw UsageError(fmt::format("--clip-norm: {} is negative; 0 turns clipping off", p.clip_norm));
   p.update_freq = parse_int_list("--update-freq", str(args, "update-freq"));
   for (int64_t u : p.update_freq) {
@@ -365,12 +340,12 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
   for (double lr : p.lr) {
     if (lr < 0) throw UsageError(fmt::format("--lr: {} is negative", lr));
   }
-  p.min_lr = number(args, "min-lr");
+  p.min_lr = flag_number(args, "min-lr");
   optim::CommonOptimFlags common;
   common.lrs = p.lr;
-  common.weight_decay = number(args, "weight-decay");
+  common.weight_decay = flag_number(args, "weight-decay");
   common.warmup_updates = non_negative(args, "warmup-updates");
-  if (args.count("force-anneal") || args["force-anneal"].has_default()) common.force_anneal = positive(args, "force-anneal");
+  if (flag_set(args, "force-anneal")) common.force_anneal = positive(args, "force-anneal");
   p.optimizer = str(args, "optimizer");
   p.make_optimizer = optim::optimizers().get(p.optimizer).configure(args, common);
   p.lr_scheduler = str(args, "lr_scheduler");
@@ -384,12 +359,12 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
 DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   DistributedFlags g;
   WorldOptions& w = g.world;
-  if (args.count("distributed-world-size") || args["distributed-world-size"].has_default()) {
+  if (flag_set(args, "distributed-world-size")) {
     w.world_size = positive(args, "distributed-world-size");
   }
   w.rank = non_negative(args, "distributed-rank");
   w.rank_given = args.count("distributed-rank") > 0;
-  if (args.count("distributed-gpus") || args["distributed-gpus"].has_default()) g.gpus = positive(args, "distributed-gpus");
+  if (flag_set(args, "distributed-gpus")) g.gpus = positive(args, "distributed-gpus");
   if (args.count("distributed-backend")) {
     w.backend = str(args, "distributed-backend");
     if (w.backend != "gloo" && w.backend != "nccl") {
@@ -401,7 +376,7 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   w.cpu = flag(args, "cpu");
   w.timeout = std::chrono::seconds(positive(args, "distributed-timeout"));
   g.no_spawn = flag(args, "distributed-no-spawn");
-  g.bucket_cap_mb = number(args, "bucket-cap-mb");
+  g.bucket_cap_mb = flag_number(args, "bucket-cap-mb");
   if (g.bucket_cap_mb <= 0) throw UsageError(fmt::format("--bucket-cap-mb: {} must be positive", g.bucket_cap_mb));
   g.find_unused_parameters = flag(args, "find-unused-parameters");
   g.broadcast_buffers = flag(args, "broadcast-buffers");
@@ -415,12 +390,12 @@ CheckpointOptions read_checkpoint(const cxxopts::ParseResult& args) {
   k.save.save_dir = str(args, "save-dir");
   k.save.no_save = flag(args, "no-save");
   k.save.save_interval = positive(args, "save-interval");
-  k.save.save_interval_updates = integer(args, "save-interval-updates");
+  k.save.save_interval_updates = flag_integer(args, "save-interval-updates");
   if (k.save.save_interval_updates < 0) throw UsageError("--save-interval-updates must be >= 0 (0: off)");
-  k.save.keep_interval_updates = integer(args, "keep-interval-updates");
-  k.save.keep_last_epochs = integer(args, "keep-last-epochs");
+  k.save.keep_interval_updates = flag_integer(args, "keep-interval-updates");
+  k.save.keep_last_epochs = flag_integer(args, "keep-last-epochs");
   for (const char* name : {"keep-interval-updates", "keep-last-epochs"}) {
-    if (integer(args, name) < -1 || integer(args, name) == 0) {
+    if (flag_integer(args, name) < -1 || flag_integer(args, name) == 0) {
       throw UsageError(fmt::format("--{} must be a positive number of checkpoints, or -1 to keep all", name));
     }
   }

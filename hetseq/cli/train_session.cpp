@@ -80,9 +80,8 @@ void TrainSession::build_model(const cxxopts::ParseResult& args) {
   torch::manual_seed(o_.common.seed);
   model_ = task_->build_model();
   model_->to(world_.device());
-  int64_t num_params = 0;
-  for (const auto& p : model_->parameters()) num_params += p.numel();
-  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o_.common.task, num_params,
+  for (const auto& p : model_->parameters()) num_params_ += p.numel();
+  log::info("[train] task {}, model with {} parameters, device {}, {} intra-op threads", o_.common.task, num_params_,
             world_.device().str(), torch::get_num_threads());
   digest_ = model_digest(*model_);
 
@@ -112,7 +111,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   mine.host = host_name();
   mine.device = world_.device().str();
   mine.task = o_.common.task;
-  for (const auto& p : model_->parameters()) mine.num_params += p.numel();
+  mine.num_params = num_params_;
   mine.model_digest = digest_;
   mine.compared = compared;
   const int64_t batch_size = round_batch_size(o_.dataset.max_sentences[0], o_.dataset.required_batch_size_multiple);

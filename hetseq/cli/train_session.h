@@ -45,6 +45,7 @@ class TrainSession {
   World& world_;
   std::unique_ptr<Task> task_;
   std::shared_ptr<torch::nn::Module> model_;
+  int64_t num_params_ = 0;
   std::string digest_;
   std::shared_ptr<Dataset> train_data_;
   std::map<std::string, std::shared_ptr<Dataset>> valid_data_;  // [split]

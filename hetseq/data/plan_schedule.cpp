@@ -40,7 +40,7 @@ PlanSchedule::PlanSchedule(std::vector<int64_t> batch_sizes, std::vector<std::ve
       if (u <= 0) throw UsageError(fmt::format("--update-freq: rank {} has {}; it must be positive", r, u));
     }
   }
-  train_plan(1).validate();
+  configured(1);  // validates
   valid_plan().validate();
 }
 

@@ -57,7 +57,7 @@ LrSchedulerSpec inverse_sqrt_spec() {
   spec.name = "inverse_sqrt";
   spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
     parser.add_options("Learning rate scheduler")
-        ("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", text_flag(d, "warmup-init-lr", ""));
+        ("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", optional_flag(d, "warmup-init-lr"));
   };
   spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
     InverseSqrtOptions o;

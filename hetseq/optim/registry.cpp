@@ -1,7 +1,6 @@
 #include "hetseq/optim/registry.h"
 
 #include "hetseq/core/error.h"
-#include "hetseq/core/parse.h"
 
 namespace hetseq::optim {
 
@@ -60,26 +59,6 @@ Registry<LrSchedulerSpec>& lr_schedulers() {
   static Registry<LrSchedulerSpec> registry =
       make_registry<LrSchedulerSpec>("--lr_scheduler", {polynomial_decay_spec, fixed_spec, inverse_sqrt_spec});
   return registry;
-}
-
-double flag_number(const cxxopts::ParseResult& args, const std::string& name) {
-  return parse_double("--" + name, args[name].as<std::string>());
-}
-
-int64_t flag_integer(const cxxopts::ParseResult& args, const std::string& name) {
-  return parse_int("--" + name, args[name].as<std::string>());
-}
-
-bool flag_set(const cxxopts::ParseResult& args, const std::string& name) {
-  return args.count(name) != 0 || args[name].has_default();
-}
-
-std::shared_ptr<cxxopts::Value> text_flag(const DefaultOf& default_of, const std::string& name,
-                                          const std::string& general) {
-  auto value = cxxopts::value<std::string>();
-  const std::string d = default_of(name, general);
-  if (!d.empty()) value->default_value(d);
-  return value;
 }
 
 }  // namespace hetseq::optim

@@ -10,6 +10,7 @@
 #include <cxxopts.hpp>
 #include <torch/types.h>
 
+#include "hetseq/core/flags.h"
 #include "hetseq/optim/lr_scheduler.h"
 #include "hetseq/optim/optimizer.h"
 
@@ -28,9 +29,7 @@ struct CommonOptimFlags {
   std::optional<int64_t> force_anneal;  // --force-anneal
 };
 
-/// The default of flag `name` for the --task being run: the task's (TaskSpec::defaults) when it sets
-/// one, else `general` ("" for a flag without default).
-using DefaultOf = std::function<std::string(const std::string& name, const std::string& general)>;
+
 
 /// How an optimizer presents itself (like a TaskSpec): its --optimizer name, its own flags, and how
 /// they are read. `configure` reads and validates its flags (hetseq::UsageError naming the flag)
@@ -72,15 +71,5 @@ class Registry {
 /// inverse_sqrt), registered by name; each one's flags are defined, read and validated in its own file.
 Registry<OptimizerSpec>& optimizers();
 Registry<LrSchedulerSpec>& lr_schedulers();
-
-/// Reads the value of flag `name` as a number (hetseq::UsageError naming --name otherwise).
-double flag_number(const cxxopts::ParseResult& args, const std::string& name);
-/// Reads the value of flag `name` as an integer (hetseq::UsageError naming --name otherwise).
-int64_t flag_integer(const cxxopts::ParseResult& args, const std::string& name);
-/// Whether flag `name` has a value (given, or a default).
-bool flag_set(const cxxopts::ParseResult& args, const std::string& name);
-/// A text flag's value: with `default_of(name, general)` as default, or none when that is "".
-std::shared_ptr<cxxopts::Value> text_flag(const DefaultOf& default_of, const std::string& name,
-                                          const std::string& general);
 
 }  // namespace hetseq::optim

@@ -33,10 +33,12 @@ TrainingLoop::TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options)
   HETSEQ_ASSERT(options_.disable_validation || parts_.validator, "validation on, but no Validator");
 }
 
+bool TrainingLoop::update_limit_reached() const {
+  return options_.max_update > 0 && parts_.controller->num_updates() >= options_.max_update;
+}
+
 bool TrainingLoop::limits_reached(double lr, int64_t epoch) const {
-  const int64_t max_epoch = options_.max_epoch > 0 ? options_.max_epoch : std::numeric_limits<int64_t>::max();
-  const int64_t max_update = options_.max_update > 0 ? options_.max_update : std::numeric_limits<int64_t>::max();
-  return lr <= options_.min_lr || epoch > max_epoch || parts_.controller->num_updates() >= max_update;
+  return lr <= options_.min_lr || (options_.max_epoch > 0 && epoch > options_.max_epoch) || update_limit_reached();
 }
 
 int64_t TrainingLoop::run(IteratorPosition start) {
@@ -98,10 +100,9 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   if (!(first_epoch_ && resumed_inside_epoch_)) controller.reset_epoch_meters();
   first_epoch_ = false;
   for (const auto& o : observers_) o->on_epoch_begin(epoch);
-  const int64_t max_update = options_.max_update > 0 ? options_.max_update : std::numeric_limits<int64_t>::max();
   const int64_t total = stream_->updates_left();
   Checkpointer* ck = parts_.checkpointer;
-  for (int64_t i = 1; !stream_->end_of_epoch() && controller.num_updates() < max_update; ++i) {
+  for (int64_t i = 1; !stream_->end_of_epoch() && !update_limit_reached(); ++i) {
     const int64_t before = controller.num_updates();
     run_update(epoch, i, total);
     const bool applied = controller.num_updates() > before;

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,6 +69,7 @@ class TrainingLoop {
   double end_epoch(int64_t epoch);
 
  private:
+  bool update_limit_reached() const;  // --max-update
   bool limits_reached(double lr, int64_t epoch) const;
   void save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric);
   void run_update(int64_t epoch, int64_t index, int64_t total);

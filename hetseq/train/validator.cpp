@@ -9,6 +9,7 @@ namespace hetseq {
 Validator::Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options)
     : task_(task), reducer_(std::move(reducer)), plan_(std::move(plan)), options_(options) {
   plan_.validate();
+  check_precision_supported(options_.precision, options_.device, "--" + to_string(options_.precision));
 }
 
 LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Module& model) {

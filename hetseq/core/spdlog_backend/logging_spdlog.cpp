@@ -19,7 +19,7 @@ std::atomic<int64_t> g_rank{0};
 std::atomic<bool> g_all_ranks{false};
 
 std::mutex g_capture_mutex;
-bool g_capturing = false;                // guarded by g_capture_mutex
+std::atomic<bool> g_capturing{false};    // set and cleared under g_capture_mutex
 std::vector<std::string> g_captured;     // guarded by g_capture_mutex
 
 spdlog::logger& logger() {
@@ -50,16 +50,12 @@ void write(Level level, const std::string& message) {
   const int64_t rank = g_rank;
   if (rank != 0 && !g_all_ranks && level != Level::kError) return;
   const std::string line = g_all_ranks ? "rank " + std::to_string(rank) + " | " + message : message;
-  if (logger().should_log(to_spdlog(level))) {
+  const spdlog::level::level_enum spd_level = to_spdlog(level);
+  if (g_capturing && logger().should_log(spd_level)) {  // no lock on the usual path
     std::lock_guard<std::mutex> lock(g_capture_mutex);
     if (g_capturing) g_captured.push_back(line);
   }
-  switch (level) {
-    case Level::kDebug: logger().debug(line); break;
-    case Level::kInfo: logger().info(line); break;
-    case Level::kWarn: logger().warn(line); break;
-    case Level::kError: logger().error(line); break;
-  }
+  logger().log(spd_level, line);
 }
 
 void begin_capture() {
