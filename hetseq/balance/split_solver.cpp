@@ -12,19 +12,34 @@ namespace hetseq {
 // Note [Balancing]
 // ~~~~~~~~~~~~~~~~
 // In a synchronous step every rank waits for the slowest, so the step takes max_r t_r(s_r), where s_r
-// is rank r's share of the update's U samples. Each rank's compute time (data wait, forward and
-// backward, without the time spent waiting in collectives) is modelled as
-//     t_r(s) = m_r(s) * a_r + c_r * s,   m_r(s) = ceil(s / cap_r),
-// a fixed cost a_r per micro-batch plus a cost c_r per sample (Cephalo's intercept + slope model),
-// with shares above the memory cap cut into m_r micro-batches. A proportional rule (s_r ~ 1/c_r)
-// misjudges ranks whose fixed cost is large. The step is shortest when all ranks finish together:
-// find T with sum_r x_r(T) = U, where x_r(T) = sup{x : t_r(x) <= T} is increasing in T, by bisection;
-// then round the x_r by largest remainder so that the shares are integers (multiples of
-// --required-batch-size-multiple where U allows), at least 1, and sum to U exactly. U never changes,
-// so the LR schedule and the samples of each step stay the user's (Note [Plan schedule]). The solver
-// is a pure function: ranks that all-gather the same measurements agree without a broadcast. A new
-// split is applied only when it is predicted to be faster by more than a threshold (Cannikin's 3%
-// deadband against noise), so measurement noise does not make the split oscillate.
+// is rank r's share of the update's U samples. U itself never changes: it is what --max-sentences and
+// --update-freq make it, so each step is the same samples, every sample is used once per epoch, and
+// the LR schedule and the training stay the user's (Note [Plan schedule]); only the cut between ranks
+// moves (Note [Data plan]). This is where we differ from Cannikin and AdaptDL, which change the total
+// batch and the learning rate, and from DBS, which re-shards per epoch.
+//
+// The signal. Each rank times its own compute per update: data wait, forward and backward, without
+// the time backward spends waiting for the gradient allreduce (PhaseTimes::compute_s). Timing the
+// whole backward would be useless: the allreduce inside it makes every rank as slow as the slowest.
+//
+// The model. t_r(s) = m_r(s) * a_r + c_r * s with m_r(s) = ceil(s / cap_r): a fixed cost a_r per
+// micro-batch plus c_r per sample (Cephalo's intercept + slope model), a share above the memory cap
+// (--balance-cap) cut into m_r micro-batches accumulated without sync. A proportional rule
+// (s_r ~ 1/c_r) misjudges ranks with a large fixed cost. Each rank fits (a_r, c_r) by least squares
+// over a window of its recent updates (per micro-batch: size, seconds); the fixed part only where the
+// sizes span a factor of 2, since nearby sizes make the intercept mostly noise.
+//
+// The split. The step is shortest when all ranks finish together: find T with sum_r x_r(T) = U,
+// where x_r(T) = sup{x : t_r(x) <= T} is increasing in T, by bisection; then round the x_r by largest
+// remainder so that the shares are integers (multiples of --required-batch-size-multiple where U
+// allows), at least 1, and sum to U exactly. The solver is a pure function: every --balance-interval
+// updates the ranks gather each other's fits (one small collective) and each computes the same split,
+// so they agree without a broadcast.
+//
+// Hysteresis. A new split is applied only when it is predicted faster than the one in force by more
+// than --balance-threshold (Cannikin's 3% deadband), so noise does not make the split oscillate.
+// LB-BSP and OmniLearn resize every iteration; we re-plan every --balance-interval updates, which keeps
+// the collective's cost negligible and the window long enough to average noise out.
 
 RankCost fit_rank_cost(const std::vector<std::pair<int64_t, double>>& m) {
   HETSEQ_ASSERT(!m.empty(), "fit_rank_cost without measurements");
@@ -40,12 +55,15 @@ RankCost fit_rank_cost(const std::vector<std::pair<int64_t, double>>& m) {
   const double n = static_cast<double>(m.size());
   RankCost cost;
   const double det = n * sxx - sx * sx;
-  if (sizes.size() >= 2 && det > 0) {
+  // Sizes close together give an intercept that is mostly noise (a 1% error over sizes 64 and 77 moves
+  // it by 5% of the step), so the fixed part is fitted only over sizes that span a factor of 2.
+  const bool spread = sizes.size() >= 2 && *sizes.rbegin() >= 2 * *sizes.begin();
+  if (spread && det > 0) {
     cost.per_sample_s = (n * sxy - sx * sy) / det;
     cost.fixed_s = (sy - cost.per_sample_s * sx) / n;
   }
-  if (sizes.size() < 2 || cost.per_sample_s <= 0 || cost.fixed_s < 0) {
-    // One size, or a fit that noise made unphysical: proportional through the origin.
+  if (!spread || cost.per_sample_s <= 0 || cost.fixed_s < 0) {
+    // Sizes too close, or a fit that noise made unphysical: proportional through the origin.
     cost.fixed_s = 0;
     cost.per_sample_s = sy / std::max(sx, 1.0);
   }

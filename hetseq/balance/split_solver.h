@@ -13,8 +13,9 @@ struct RankCost {
   double per_sample_s = 0;  // per sample
 };
 
-/// Fits a RankCost by least squares to (micro-batch size, seconds) measurements. With fewer than two
-/// distinct sizes the fixed part cannot be told apart and the fit is proportional (fixed_s = 0).
+/// Fits a RankCost by least squares to (micro-batch size, seconds) measurements. Unless the sizes span
+/// a factor of 2 the fixed part cannot be told apart from noise and the fit is proportional
+/// (fixed_s = 0).
 /// Throws hetseq::InternalError when there is no measurement.
 RankCost fit_rank_cost(const std::vector<std::pair<int64_t, double>>& measurements);
 

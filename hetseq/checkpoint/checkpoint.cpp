@@ -31,7 +31,12 @@ namespace fs = std::filesystem;
 //                                                       without --fp16)
 //   lr_scheduler        {name, state {k: float}}
 //   extra_state         {num_updates, epoch, offset, meters {k: float}, rng_state, best,
-//                        data_plan {batch_sizes [int], update_freqs [int]}}
+//                        data_plan {batch_sizes [int], update_freqs [int], shares [int]},
+//                        bucket_layout [[int]]}
+//                                                       shares: the split in force (Note [Balancing]);
+//                                                       bucket_layout: the gradient buckets' parameters
+//                                                       (Note [Bucketed reduction]); files written
+//                                                       before either have neither
 //   args                {task, model_digest, options}  what must match on resume
 //   checksum            int
 //
@@ -208,6 +213,20 @@ class Reader {
     }
     return out;
   }
+  std::vector<std::vector<int64_t>> int_lists(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isList()) fail(fmt::format("the entry '{}' is not a list", key));
+    std::vector<std::vector<int64_t>> out;
+    for (const c10::IValue& inner : v.toList()) {
+      if (!inner.isList()) fail(fmt::format("the entry '{}' is not a list of lists", key));
+      out.emplace_back();
+      for (const c10::IValue& e : inner.toList()) {
+        if (!e.isInt()) fail(fmt::format("the entry '{}' is not a list of integer lists", key));
+        out.back().push_back(e.toInt());
+      }
+    }
+    return out;
+  }
   std::map<std::string, double> doubles(const Dict& d, const std::string& key) const {
     std::map<std::string, double> out;
     for (const auto& e : dict(d, key)) {
@@ -312,7 +331,11 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   Dict plan = new_dict();
   plan.insert("batch_sizes", int_list(c.data_plan.batch_sizes));
   plan.insert("update_freqs", int_list(c.data_plan.update_freqs));
+  plan.insert("shares", int_list(c.data_plan.shares));
   extra.insert("data_plan", plan);
+  c10::impl::GenericList layout(c10::AnyType::get());
+  for (const auto& bucket : c.bucket_layout) layout.push_back(int_list(bucket));
+  extra.insert("bucket_layout", layout);
   root.insert("extra_state", extra);
 
   Dict args = new_dict();
@@ -384,6 +407,8 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   const Dict plan = r.dict(extra, "data_plan");
   c.data_plan.batch_sizes = r.ints(plan, "batch_sizes");
   c.data_plan.update_freqs = r.ints(plan, "update_freqs");
+  if (plan.contains("shares")) c.data_plan.shares = r.ints(plan, "shares");
+  if (extra.contains("bucket_layout")) c.bucket_layout = r.int_lists(extra, "bucket_layout");
   if (c.num_updates < 0 || c.epoch < 1 || c.offset < 0) {
     r.fail(fmt::format("the position (epoch {}, offset {}, {} updates) is impossible", c.epoch, c.offset,
                        c.num_updates));

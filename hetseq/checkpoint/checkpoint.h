@@ -20,8 +20,9 @@ namespace hetseq {
 struct SavedDataPlan {
   std::vector<int64_t> batch_sizes;   // [rank]
   std::vector<int64_t> update_freqs;  // [rank], for the epoch being trained
+  std::vector<int64_t> shares;        // [rank] samples per update (a balanced split); empty: b * u
   bool operator==(const SavedDataPlan& o) const {
-    return batch_sizes == o.batch_sizes && update_freqs == o.update_freqs;
+    return batch_sizes == o.batch_sizes && update_freqs == o.update_freqs && shares == o.shares;
   }
 };
 

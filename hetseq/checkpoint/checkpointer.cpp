@@ -19,7 +19,7 @@ Checkpoint Checkpointer::snapshot(Controller& controller, IteratorPosition next,
   c.epoch = next.epoch;
   c.offset = next.offset;
   c.best = manager_.best();
-  c.data_plan = SavedDataPlan{plan.batch_sizes, plan.update_freqs};
+  c.data_plan = SavedDataPlan{plan.batch_sizes, plan.update_freqs, plan.shares};
   c.task = options_.task;
   c.model_digest = options_.model_digest;
   c.options = options_.options;

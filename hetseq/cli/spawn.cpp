@@ -17,6 +17,19 @@ int64_t local_workers(const TrainOptions& o) {
   return 1;
 }
 
+namespace {
+
+// A per-worker flag's values: one for all workers, or one each. Throws hetseq::UsageError naming `flag`.
+std::vector<int64_t> per_worker(const char* flag, const std::vector<int64_t>& values, int64_t workers) {
+  if (values.size() == 1) return std::vector<int64_t>(static_cast<size_t>(workers), values[0]);
+  if (static_cast<int64_t>(values.size()) == workers) return values;
+  throw UsageError(fmt::format("{}: {} values for the {} workers of this node (--distributed-gpus); give one value, "
+                               "or one per worker",
+                               flag, values.size(), workers));
+}
+
+}  // namespace
+
 int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], int64_t workers) {
   const WorldOptions& d = o.distributed.world;
   LaunchOptions launch;
@@ -25,15 +38,8 @@ int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], int
   launch.first_rank = d.rank;
   // HetSeq's default: the world is this node's workers.
   launch.world_size = d.world_size.value_or(d.rank + workers);
-  if (o.dataset.max_sentences.size() == 1) {
-    launch.batch_sizes.assign(static_cast<size_t>(workers), o.dataset.max_sentences[0]);
-  } else if (static_cast<int64_t>(o.dataset.max_sentences.size()) == workers) {
-    launch.batch_sizes = o.dataset.max_sentences;
-  } else {
-    throw UsageError(fmt::format("--max-sentences: {} values for the {} workers of this node (--distributed-gpus); "
-                                 "give one value, or one per worker",
-                                 o.dataset.max_sentences.size(), workers));
-  }
+  launch.batch_sizes = per_worker("--max-sentences", o.dataset.max_sentences, workers);
+  if (!o.balance.caps.empty()) launch.balance_caps = per_worker("--balance-cap", o.balance.caps, workers);
   const bool on_cpu = o.common.cpu || !torch::cuda::is_available();
   const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
   launch.intra_op_threads = o.common.intra_op_threads > 0 ? o.common.intra_op_threads

@@ -178,6 +178,20 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", switch_flag());
 }
 
+void add_balance_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
+  const DefaultOf d = task_default_of(task);
+  parser.add_options("Balancing")
+      ("auto-balance", "move each update's samples between ranks so that all finish their compute together; the "
+       "samples per update (and so the training) stay what --max-sentences and --update-freq make them",
+       switch_flag())
+      ("balance-interval", "updates between two re-plans of the split", text_flag(d, "balance-interval", "10"))
+      ("balance-threshold", "apply a new split only when it is predicted faster by more than this share of the "
+       "step time", text_flag(d, "balance-threshold", "0.03"))
+      ("balance-cap", "largest micro-batch a worker may run when balancing (memory); a larger share runs as "
+       "several micro-batches. A comma list gives one per local worker (default: no limit)",
+       optional_flag(d, "balance-cap"));
+}
+
 void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
   const DefaultOf d = task_default_of(task);
   parser.add_options("Checkpointing")
@@ -212,7 +226,7 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
                           "Tasks: " + fmt::format("{}", fmt::join(TaskRegistry::global().names(), ", ")));
   parser.set_width(110);
   for (auto add : {add_common_flags, add_precision_flags, add_dataset_flags, add_optimization_flags,
-                   add_distributed_flags, add_checkpoint_flags}) {
+                   add_distributed_flags, add_balance_flags, add_checkpoint_flags}) {
     add(parser, task);
   }
   for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
@@ -385,6 +399,24 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   return g;
 }
 
+BalanceFlags read_balance(const cxxopts::ParseResult& args) {
+  BalanceFlags b;
+  b.auto_balance = flag(args, "auto-balance");
+  b.interval = positive(args, "balance-interval");
+  b.threshold = flag_number(args, "balance-threshold");
+  if (b.threshold < 0 || b.threshold >= 1) {
+    throw UsageError(fmt::format("--balance-threshold: {} must be at least 0 and below 1 (a share of the step time)",
+                                 b.threshold));
+  }
+  if (flag_set(args, "balance-cap")) {
+    b.caps = parse_int_list("--balance-cap", str(args, "balance-cap"));
+    for (int64_t c : b.caps) {
+      if (c <= 0) throw UsageError(fmt::format("--balance-cap: {} must be a positive number of samples", c));
+    }
+  }
+  return b;
+}
+
 CheckpointOptions read_checkpoint(const cxxopts::ParseResult& args) {
   CheckpointOptions k;
   k.save.save_dir = str(args, "save-dir");
@@ -428,6 +460,7 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args) {
     o.dataset = read_dataset(args);
     o.optimization = read_optimization(args);
     o.distributed = read_distributed(args);
+    o.balance = read_balance(args);
     o.checkpoint = read_checkpoint(args);
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(fmt::format("{} (see --help)", e.what()));

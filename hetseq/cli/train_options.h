@@ -68,6 +68,14 @@ struct DistributedFlags {
   bool log_all_ranks = false;
 };
 
+/// The Balancing flags. See Note [Balancing].
+struct BalanceFlags {
+  bool auto_balance = false;       // --auto-balance
+  int64_t interval = 10;           // --balance-interval
+  double threshold = 0.03;         // --balance-threshold
+  std::vector<int64_t> caps;       // --balance-cap: [local worker] or one value for all (empty: none)
+};
+
 struct CheckpointOptions {
   CheckpointSaveOptions save;
   std::string restore_file = "checkpoint_last.pt";  // a name in --save-dir, or a path
@@ -97,6 +105,7 @@ struct TrainOptions {
   DatasetOptions dataset;
   OptimizationOptions optimization;
   DistributedFlags distributed;
+  BalanceFlags balance;
   CheckpointOptions checkpoint;
   MixedPrecisionOptions mixed_precision;
 };
@@ -119,6 +128,7 @@ void add_precision_flags(cxxopts::Options& parser, const std::optional<std::stri
 void add_dataset_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_balance_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 
 /// `argv` with HetSeq's second spellings (--batch-size, --lr-scheduler, --local_rank, ...) replaced

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <numeric>
+
+#include "hetseq/balance/auto_balancer.h"
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
@@ -49,6 +52,10 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
   if (o_.dataset.max_sentences.size() != 1) {
     throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
                                  o_.dataset.max_sentences.size()));
+  }
+  if (o_.balance.caps.size() > 1) {
+    throw UsageError(fmt::format("--balance-cap: {} values given for the 1 worker of this process",
+                                 o_.balance.caps.size()));
   }
   build_model(args);
   load_data();
@@ -118,15 +125,18 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   mine.batch_size = {batch_size};
   mine.update_freq = o_.optimization.update_freq;
   mine.valid_batch_size = o_.dataset.max_sentences_valid.value_or(batch_size);
+  mine.balance_cap = o_.balance.caps.empty() ? 0 : o_.balance.caps[0];
   std::vector<int64_t> batch_sizes, valid_batch_sizes;  // [rank]
   std::vector<std::vector<int64_t>> update_freqs;       // [rank][epoch]
   for (const auto& w : world_.join(mine)) {
     batch_sizes.push_back(w.batch_size.front());
     valid_batch_sizes.push_back(w.valid_batch_size);
     update_freqs.push_back(w.update_freq);
+    balance_caps_.push_back(w.balance_cap);
     if (world_.distributed()) {
-      log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}", w.rank, w.host, w.device,
-                w.batch_size.front(), fmt::join(w.update_freq, ","));
+      log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}{}", w.rank, w.host, w.device,
+                w.batch_size.front(), fmt::join(w.update_freq, ","),
+                w.balance_cap > 0 ? fmt::format(", balance cap {}", w.balance_cap) : "");
     }
   }
   schedule_ = std::make_unique<PlanSchedule>(batch_sizes, update_freqs, valid_batch_sizes, world_.rank());
@@ -139,6 +149,8 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
   ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
   ddp.broadcast_buffers = o_.distributed.broadcast_buffers;
+  // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
+  if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
 }
 
@@ -189,8 +201,9 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
     start_ = ck.reset_dataloader ? IteratorPosition{1, 0} : IteratorPosition{resumed_->epoch, resumed_->offset};
     log::info("[checkpoint] resumed from {}: {} updates done, continuing in epoch {} at sample {} of its order",
               restore_path_, controller_->num_updates(), start_.epoch, start_.offset);
+    restore_split();
     const DataPlan now = schedule_->train_plan(start_.epoch);
-    if (!(resumed_->data_plan == SavedDataPlan{now.batch_sizes, now.update_freqs})) {
+    if (!(resumed_->data_plan == SavedDataPlan{now.batch_sizes, now.update_freqs, now.shares})) {
       log::info("[checkpoint] the data plan changed: saved with batch sizes [{}] and update-freqs [{}] on {} rank(s), "
                 "now [{}] and [{}] on {}; the epoch continues from the same sample, none repeated or skipped",
                 fmt::join(resumed_->data_plan.batch_sizes, ","), fmt::join(resumed_->data_plan.update_freqs, ","),
@@ -205,6 +218,27 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
                     "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
                     "share, or give every node the same --restore-file",
                     world_.timeout());
+}
+
+// A balanced run resumes with the split that was in force when it stopped (so that it continues as
+// the run never stopped would), when the world and the samples per update are the same; otherwise
+// (another cluster) the balancer starts from the given batch sizes. See Note [Balancing].
+void TrainSession::restore_split() {
+  const SavedDataPlan& saved = resumed_->data_plan;
+  if (!o_.balance.auto_balance || saved.shares.empty() || o_.checkpoint.reset_dataloader) return;
+  const DataPlan now = schedule_->train_plan(start_.epoch);
+  const int64_t saved_total = std::accumulate(saved.shares.begin(), saved.shares.end(), int64_t{0});
+  if (static_cast<int64_t>(saved.shares.size()) != now.world_size() || saved_total != now.samples_per_update()) {
+    log::info("[balance] the checkpoint's split [{}] was for another world or total; starting from the given batch "
+              "sizes", fmt::join(saved.shares, ","));
+    return;
+  }
+  std::vector<int64_t> micro_batches;
+  for (size_t r = 0; r < saved.shares.size(); ++r) {
+    micro_batches.push_back(micro_batches_for(saved.shares[r], balance_caps_[r]));
+  }
+  schedule_->set_shares(start_.epoch, saved.shares, micro_batches);
+  log::info("[balance] continuing with the checkpoint's split [{}]", fmt::join(saved.shares, ","));
 }
 
 void TrainSession::build_loop() {
@@ -238,6 +272,28 @@ void TrainSession::build_loop() {
   if (ck.dump_sample_ids) loop_->add_observer(std::make_shared<SampleIdObserver>(*ck.dump_sample_ids, world_.rank()));
   if (world_.distributed() && o_.distributed.log_all_ranks) {
     loop_->add_observer(std::make_shared<StragglerReport>(o_.common.log_interval));
+  }
+  add_balancer();
+}
+
+// The balancer watches every distributed run: with --auto-balance it moves the split, without it it
+// reports the epoch's balance and suggests --auto-balance when that would gain.
+void TrainSession::add_balancer() {
+  if (!world_.distributed()) {
+    if (o_.balance.auto_balance) log::info("[balance] one rank: --auto-balance has nothing to balance");
+    return;
+  }
+  BalanceOptions b;
+  b.enabled = o_.balance.auto_balance;
+  b.interval = o_.balance.interval;
+  b.threshold = o_.balance.threshold;
+  b.caps = balance_caps_;
+  b.multiple = o_.dataset.required_batch_size_multiple;
+  loop_->add_observer(std::make_shared<AutoBalancer>(
+      *schedule_, gather_through(reducer_, world_.rank(), world_.world_size()), b));
+  if (b.enabled && world_.rank() == 0) {
+    log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%, caps [{}] (0: none)",
+              b.interval, 100 * b.threshold, fmt::join(b.caps, ","));
   }
 }
 

@@ -39,7 +39,9 @@ class TrainSession {
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
   void resume(const std::map<std::string, std::string>& compared);
+  void restore_split();
   void build_loop();
+  void add_balancer();
 
   const TrainOptions& o_;
   World& world_;
@@ -52,6 +54,7 @@ class TrainSession {
   std::optional<Checkpoint> resumed_;
   std::string restore_path_;
   std::unique_ptr<PlanSchedule> schedule_;
+  std::vector<int64_t> balance_caps_;  // [rank] --balance-cap (0: none)
   std::shared_ptr<GradientReducer> reducer_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Validator> validator_;

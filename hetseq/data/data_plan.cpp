@@ -13,16 +13,46 @@ DataPlan DataPlan::single(int64_t batch_size, int64_t update_freq) {
   return plan;
 }
 
+DataPlan DataPlan::from_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches, int64_t rank) {
+  if (shares.size() != micro_batches.size()) {
+    throw UsageError(fmt::format("data plan: {} shares with {} micro-batch counts", shares.size(), micro_batches.size()));
+  }
+  DataPlan plan;
+  for (size_t r = 0; r < shares.size(); ++r) {
+    plan.batch_sizes.push_back(micro_batches[r] > 0 ? (shares[r] + micro_batches[r] - 1) / micro_batches[r] : 0);
+  }
+  plan.shares = std::move(shares);
+  plan.update_freqs = std::move(micro_batches);
+  plan.rank = rank;
+  plan.validate();
+  return plan;
+}
+
+int64_t DataPlan::share(int64_t r) const {
+  return shares.empty() ? batch_sizes[r] * update_freqs[r] : shares[r];
+}
+
+std::vector<int64_t> DataPlan::all_shares() const {
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r < world_size(); ++r) out.push_back(share(r));
+  return out;
+}
+
 int64_t DataPlan::samples_per_update() const {
   int64_t total = 0;
-  for (int64_t r = 0; r < world_size(); ++r) total += batch_sizes[r] * update_freqs[r];
+  for (int64_t r = 0; r < world_size(); ++r) total += share(r);
   return total;
 }
 
 int64_t DataPlan::slice_offset(int64_t r) const {
   int64_t offset = 0;
-  for (int64_t q = 0; q < r; ++q) offset += batch_sizes[q] * update_freqs[q];
+  for (int64_t q = 0; q < r; ++q) offset += share(q);
   return offset;
+}
+
+int64_t DataPlan::micro_batch_begin(int64_t r, int64_t k) const {
+  // See Note [Data plan]: even cuts of the share; k * b_r when the share is b_r * u_r.
+  return k * share(r) / update_freqs[r];
 }
 
 void DataPlan::validate() const {
@@ -42,6 +72,17 @@ void DataPlan::validate() const {
     if (update_freqs[r] <= 0) {
       throw UsageError(fmt::format("--update-freq: rank {} has update frequency {}; it must be positive", r,
                                    update_freqs[r]));
+    }
+  }
+  if (shares.empty()) return;
+  if (shares.size() != batch_sizes.size()) {
+    throw UsageError(fmt::format("data plan: {} shares for {} ranks", shares.size(), batch_sizes.size()));
+  }
+  for (int64_t r = 0; r < world_size(); ++r) {
+    if (shares[r] < update_freqs[r] || shares[r] > batch_sizes[r] * update_freqs[r]) {
+      throw UsageError(fmt::format("data plan: rank {} has a share of {} samples in {} micro-batches of at most {}; "
+                                   "a share needs at least one sample per micro-batch",
+                                   r, shares[r], update_freqs[r], batch_sizes[r]));
     }
   }
 }

@@ -61,13 +61,12 @@ bool EpochBatchIterator::end_of_epoch() const { return !started_ || position_.of
 std::vector<std::vector<int64_t>> EpochBatchIterator::next_update() {
   HETSEQ_ASSERT(!end_of_epoch(), "next_update() past the end of epoch {}", position_.epoch);
   const int64_t rank = plan_.rank;
-  const int64_t b = plan_.batch_sizes[rank];
   const int64_t u = plan_.update_freqs[rank];
   const int64_t begin = position_.offset + plan_.slice_offset(rank);
   std::vector<std::vector<int64_t>> micro_batches(u);
   for (int64_t k = 0; k < u; ++k) {
-    const int64_t lo = std::min(begin + k * b, dataset_size_);
-    const int64_t hi = std::min(begin + (k + 1) * b, dataset_size_);
+    const int64_t lo = std::min(begin + plan_.micro_batch_begin(rank, k), dataset_size_);
+    const int64_t hi = std::min(begin + plan_.micro_batch_begin(rank, k + 1), dataset_size_);
     micro_batches[k].assign(order_.begin() + lo, order_.begin() + hi);
   }
   position_.offset = std::min(position_.offset + plan_.samples_per_update(), dataset_size_);

@@ -68,11 +68,19 @@ DataPlan PlanSchedule::valid_plan() const {
 }
 
 void PlanSchedule::set_split(int64_t epoch, std::vector<int64_t> batch_sizes, std::vector<int64_t> update_freqs) {
-  const DataPlan before = train_plan(epoch);
   DataPlan after;
   after.batch_sizes = std::move(batch_sizes);
   after.update_freqs = std::move(update_freqs);
   after.rank = rank_;
+  apply(epoch, std::move(after));
+}
+
+void PlanSchedule::set_shares(int64_t epoch, std::vector<int64_t> shares, std::vector<int64_t> micro_batches) {
+  apply(epoch, DataPlan::from_shares(std::move(shares), std::move(micro_batches), rank_));
+}
+
+void PlanSchedule::apply(int64_t epoch, DataPlan after) {
+  const DataPlan before = train_plan(epoch);
   if (after.batch_sizes.size() != before.batch_sizes.size()) {
     throw UsageError(fmt::format("plan schedule: a split for {} ranks in a world of {}", after.batch_sizes.size(),
                                  before.batch_sizes.size()));

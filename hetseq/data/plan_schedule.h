@@ -29,6 +29,9 @@ class PlanSchedule {
   /// Throws hetseq::UsageError when the total differs (the steps would then be other samples).
   /// See Note [Plan schedule].
   void set_split(int64_t epoch, std::vector<int64_t> batch_sizes, std::vector<int64_t> update_freqs);
+  /// The same for a balanced split: rank r takes `shares[r]` samples per update in `micro_batches[r]`
+  /// micro-batches (Note [Data plan]). Throws hetseq::UsageError as set_split does.
+  void set_shares(int64_t epoch, std::vector<int64_t> shares, std::vector<int64_t> micro_batches);
   /// Counts the changes made by set_split, so that a reader can tell that its plan is stale.
   int64_t version() const { return version_; }
 
@@ -39,6 +42,7 @@ class PlanSchedule {
 
  private:
   DataPlan configured(int64_t epoch) const;
+  void apply(int64_t epoch, DataPlan after);
 
   std::vector<int64_t> batch_sizes_;                // [rank] as configured (--max-sentences)
   std::vector<std::vector<int64_t>> update_freqs_;  // [rank][epoch] as configured (--update-freq)

@@ -38,6 +38,15 @@ namespace hetseq {
 // buckets again along that order, as rank 0 saw it, broadcast to every rank. Whether rebuilt or not,
 // every rank has the same bucket list, which is what lets the allreduces of different ranks match up.
 //
+// The layout is part of the numerics. With three or more ranks Gloo's ring allreduce adds the ranks'
+// values of an element in an order that depends on where the element lies in its bucket (which chunk
+// of the ring it falls in), and float addition is not associative: the same gradients summed in
+// another layout differ in the last bits. (With two ranks a + b = b + a, so it never shows.) A run
+// resumed from a checkpoint would reduce its first update in the first layout where the run never
+// stopped used the rebuilt one. So checkpoints keep the layout in force (bucket_layout()) and a
+// resumed run starts from it (DdpOptions::initial_buckets); its own rebuild after that first update
+// finds the same arrival order and keeps it.
+//
 // Overlap. For the last micro-batch of an update, before_backward calls prepare_for_backward, which
 // arms a post-hook on every parameter's gradient accumulator. When a gradient is final its hook copies
 // it into its bucket; when a bucket is full and every bucket before it has started, its allreduce
@@ -114,6 +123,22 @@ struct CommClock {
 }  // namespace detail
 
 namespace {
+
+// Why `layout` cannot be the bucket list of `n` parameters (every index once), or "" when it can.
+std::string layout_problem(const std::vector<std::vector<int64_t>>& layout, size_t n) {
+  std::vector<int> seen(n, 0);
+  for (const auto& bucket : layout) {
+    if (bucket.empty()) return "an empty bucket";
+    for (int64_t i : bucket) {
+      if (i < 0 || static_cast<size_t>(i) >= n) return fmt::format("parameter {} of {}", i, n);
+      if (seen[static_cast<size_t>(i)]++) return fmt::format("parameter {} twice", i);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!seen[i]) return fmt::format("parameter {} missing", i);
+  }
+  return "";
+}
 
 constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial state broadcast
 
@@ -217,6 +242,15 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   const std::vector<bool> dense(n, false);  // no parameter expects a sparse gradient
   auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
       reversed, {static_cast<size_t>(first_cap_bytes), static_cast<size_t>(cap_bytes)}, dense, reversed_indices);
+  if (!options_.initial_buckets.empty()) {
+    if (const std::string why = layout_problem(options_.initial_buckets, n); why.empty()) {
+      buckets.clear();
+      for (const auto& bucket : options_.initial_buckets) buckets.emplace_back(bucket.begin(), bucket.end());
+    } else {
+      log::warn("[reducer] rank {}: the saved bucket layout does not fit this model ({}); using the default one",
+                rank_, why);
+    }
+  }
   num_buckets_ = static_cast<int64_t>(buckets.size());
 
   reducer_ = std::make_shared<c10d::Reducer>(params_, std::move(buckets), group_, dense, cap_bytes,
@@ -306,5 +340,17 @@ void DistributedReducer::before_forward() {
 LogSums DistributedReducer::reduce_sums(const LogSums& local) { return stats_.sum(local); }
 
 std::vector<int64_t> DistributedReducer::bucket_sizes() const { return logger_->get_bucket_sizes(); }
+
+std::vector<std::vector<int64_t>> DistributedReducer::bucket_layout() const {
+  std::unordered_map<const c10::TensorImpl*, int64_t> index;  // [parameter] position in params_
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = static_cast<int64_t>(i);
+  std::vector<std::vector<int64_t>> layout;
+  for (const c10d::GradBucket& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false)) {
+    std::vector<int64_t> members;
+    for (const at::Tensor& p : bucket.getParameters()) members.push_back(index.at(p.unsafeGetTensorImpl()));
+    layout.push_back(std::move(members));
+  }
+  return layout;
+}
 
 }  // namespace hetseq

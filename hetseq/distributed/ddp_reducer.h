@@ -28,6 +28,9 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
   bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
   bool broadcast_buffers = true;        // --broadcast-buffers: rank 0's buffers before each update's forward
+  /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
+  /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
+  std::vector<std::vector<int64_t>> initial_buckets;
 };
 
 /// How the gradient reduction of the last update went, for logging.
@@ -76,6 +79,7 @@ class DistributedReducer final : public GradientReducer {
   /// Size in bytes of each bucket, `[bucket]` in reduction order (the layout can change once, after
   /// the first update; see Note [Bucketed reduction]).
   std::vector<int64_t> bucket_sizes() const;
+  std::vector<std::vector<int64_t>> bucket_layout() const override;
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
 

@@ -20,7 +20,8 @@ nlohmann::json to_json(const WorkerInfo& w) {
           {"compared", w.compared},
           {"batch_size", w.batch_size},
           {"update_freq", w.update_freq},
-          {"valid_batch_size", w.valid_batch_size}};
+          {"valid_batch_size", w.valid_batch_size},
+          {"balance_cap", w.balance_cap}};
 }
 
 WorkerInfo from_json(const nlohmann::json& j) {
@@ -36,6 +37,7 @@ WorkerInfo from_json(const nlohmann::json& j) {
   w.batch_size = j.at("batch_size").get<std::vector<int64_t>>();
   w.update_freq = j.at("update_freq").get<std::vector<int64_t>>();
   w.valid_batch_size = j.at("valid_batch_size");
+  w.balance_cap = j.at("balance_cap");
   return w;
 }
 

@@ -27,6 +27,7 @@ struct WorkerInfo {
   std::vector<int64_t> batch_size;     // [epoch] this rank's --max-sentences (one value today)
   std::vector<int64_t> update_freq;    // [epoch] this rank's --update-freq list
   int64_t valid_batch_size = 0;
+  int64_t balance_cap = 0;             // --balance-cap: largest micro-batch when balancing (0: none)
 };
 
 /// A digest of the model's parameter and buffer names and shapes.

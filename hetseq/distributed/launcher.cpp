@@ -40,12 +40,17 @@ std::vector<std::string> worker_command_line(const LaunchOptions& o, int64_t i, 
                          "--device-id", std::to_string(i), "--max-sentences",
                          std::to_string(o.batch_sizes[static_cast<size_t>(i)]), "--distributed-init-method",
                          init_method});
+  if (!o.balance_caps.empty()) {
+    out.insert(out.end(), {"--balance-cap", std::to_string(o.balance_caps[static_cast<size_t>(i)])});
+  }
   if (o.intra_op_threads > 0) out.insert(out.end(), {"--intra-op-threads", std::to_string(o.intra_op_threads)});
   return out;
 }
 
 int launch_workers(const LaunchOptions& o) {
   HETSEQ_ASSERT(static_cast<int64_t>(o.batch_sizes.size()) == o.num_workers, "one batch size per local worker");
+  HETSEQ_ASSERT(o.balance_caps.empty() || static_cast<int64_t>(o.balance_caps.size()) == o.num_workers,
+                "one balance cap per local worker");
   if (o.first_rank + o.num_workers > o.world_size) {
     throw UsageError(fmt::format("--distributed-world-size {} is too small for this node's {} workers from "
                                  "--distributed-rank {}; the world needs at least {} ranks",

@@ -15,6 +15,7 @@ struct LaunchOptions {
   int64_t world_size = 1;               // ranks over all nodes (passed on to every worker)
   std::string init_method;              // --distributed-init-method the workers use (a tcp:// port 0 is resolved)
   std::vector<int64_t> batch_sizes;     // [worker] --max-sentences of each local worker
+  std::vector<int64_t> balance_caps;    // [worker] --balance-cap of each local worker (empty: none given)
   int64_t intra_op_threads = 0;         // per worker; 0 leaves LibTorch's default
   /// When this node holds rank 0 and the init method is tcp://HOST:PORT, the launcher hosts the TCP
   /// store itself (so PORT may be 0: it reads back the port it got and tells its workers).
@@ -29,8 +30,8 @@ struct LaunchOptions {
 inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
 
 /// The command line of local worker `i`: `argv` without the flags the launcher sets
-/// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size and
-/// init method.
+/// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size
+/// (and --balance-cap) and init method.
 std::vector<std::string> worker_command_line(const LaunchOptions& options, int64_t i, const std::string& init_method);
 
 /// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits

@@ -5,7 +5,7 @@ namespace hetseq {
 const std::set<std::string>& per_rank_flags() {
   static const std::set<std::string> flags{
       // what a rank computes with: its share of each update, its device, its threads
-      "max-sentences", "max-sentences-valid", "update-freq", "device-id", "cpu", "distributed-backend",
+      "max-sentences", "max-sentences-valid", "update-freq", "balance-cap", "device-id", "cpu", "distributed-backend",
       "intra-op-threads", "num-workers",
       // who it is and how it finds the others (the world size and backend are compared as resolved)
       "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
@@ -18,7 +18,7 @@ const std::set<std::string>& per_rank_flags() {
 }
 
 const std::set<std::string>& launcher_set_flags() {
-  static const std::set<std::string> flags{"distributed-rank", "device-id", "intra-op-threads", "max-sentences",
+  static const std::set<std::string> flags{"distributed-rank", "device-id", "intra-op-threads", "max-sentences", "balance-cap",
                                            "distributed-init-method", "distributed-world-size",
                                            "distributed-no-spawn"};
   return flags;

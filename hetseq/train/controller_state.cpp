@@ -28,6 +28,7 @@ TrainingState Controller::state(bool with_optimizer_state) {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   s.rng_state = gen.get_state();
+  s.bucket_layout = reducer_->bucket_layout();
   return s;
 }
 

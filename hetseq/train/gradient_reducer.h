@@ -28,6 +28,10 @@ class GradientReducer {
   /// Seconds the last update's backward spent waiting on communication after its last gradient was
   /// ready (0 for one process): the straggler signal, apart from compute.
   virtual double last_wait_s() const { return 0; }
+  /// The parameters of each gradient bucket in reduction order, [bucket][index among the parameters
+  /// that take a gradient]; empty where there are no buckets. Checkpoints keep it, because with three
+  /// or more ranks the layout changes the sums' rounding (Note [Bucketed reduction]).
+  virtual std::vector<std::vector<int64_t>> bucket_layout() const { return {}; }
 };
 
 /// One process: the local gradient and sums are already the totals.

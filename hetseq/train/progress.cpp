@@ -9,6 +9,7 @@ namespace hetseq {
 namespace {
 
 std::string format_value(const Stat& s) {
+  if (!s.list.empty()) return fmt::format("{}", fmt::join(s.list, "/"));
   if (s.integer) return fmt::format("{:.0f}", s.value);
   if (s.name == "lr") return fmt::format("{:.4g}", s.value);
   return fmt::format("{:.3f}", s.value);
@@ -19,7 +20,8 @@ nlohmann::ordered_json json_line(int64_t epoch, const std::string& tag, const st
   j["epoch"] = epoch;
   j["tag"] = tag;
   for (const auto& s : stats) {
-    j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
+    if (!s.list.empty()) j[s.name] = s.list;
+    else j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
   }
   return j;
 }

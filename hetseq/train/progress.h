@@ -14,11 +14,13 @@ enum class LogFormat { kNone, kSimple, kJson };
 /// Parses --log-format (`none`, `simple`, `json`); throws hetseq::UsageError otherwise.
 LogFormat parse_log_format(const std::string& text);
 
-/// One logged value: a number, or an integer counter printed without decimals.
+/// One logged value: a number, an integer counter printed without decimals, or (when `list` is not
+/// empty) a list of integers such as the per-rank split.
 struct Stat {
   std::string name;
   double value;
   bool integer = false;
+  std::vector<int64_t> list = {};
 };
 
 /// Prints training statistics: `--log-format simple` as aligned text for people, `json` as one JSON

@@ -6,8 +6,12 @@ namespace hetseq {
 
 void ProgressObserver::on_update(const UpdateRecord& record) {
   if (record.result->skipped) return;  // consumed its batches but trained nothing
-  logger_.on_update(record.epoch, record.index_in_epoch, record.updates_in_epoch,
-                    [&] { return controller_.train_stats(); });
+  logger_.on_update(record.epoch, record.index_in_epoch, record.updates_in_epoch, [&] {
+    std::vector<Stat> stats = controller_.train_stats();
+    // Each rank's samples of this update (its share of the split, Note [Balancing]).
+    if (record.shares.size() > 1) stats.push_back({"split", 0, true, record.shares});
+    return stats;
+  });
 }
 
 void ProgressObserver::on_epoch_end(int64_t epoch, const std::vector<Stat>& stats) {

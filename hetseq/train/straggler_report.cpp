@@ -8,8 +8,8 @@ void StragglerReport::on_update(const UpdateRecord& record) {
   compute_s_ += record.times.compute_s;
   wait_s_ += record.times.comm_wait_s;
   if (++count_ % log_interval_ != 0) return;
-  log::info("[reducer] update {}: batch size {}, compute {:.1f} ms/update, waiting on communication {:.1f} ms/update",
-            record.num_updates, record.batch_sizes[static_cast<size_t>(record.rank)],
+  log::info("[reducer] update {}: {} samples, compute {:.1f} ms/update, waiting on communication {:.1f} ms/update",
+            record.num_updates, record.shares[static_cast<size_t>(record.rank)],
             1e3 * compute_s_ / static_cast<double>(log_interval_), 1e3 * wait_s_ / static_cast<double>(log_interval_));
   compute_s_ = wait_s_ = 0;
 }

@@ -88,6 +88,7 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   record.rank = parts_.schedule->rank();
   record.sample_ids = &stream_->last_indices();
   record.batch_sizes = stream_->iterator().plan().batch_sizes;
+  record.shares = stream_->iterator().plan().all_shares();
   record.result = &result;
   for (const auto& o : observers_) o->on_update(record);
 }
@@ -110,7 +111,8 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
       save(epoch, false, stream_->position(), validate(epoch).metric);
     }
   }
-  const std::vector<Stat> stats = controller.train_stats();
+  std::vector<Stat> stats = controller.train_stats();
+  for (const auto& o : observers_) o->add_epoch_stats(epoch, stats);
   for (const auto& o : observers_) o->on_epoch_end(epoch, stats);
   if (stream_->end_of_epoch()) return true;
   // Stopped inside the epoch (--max-update): a checkpoint to continue from.

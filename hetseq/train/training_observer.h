@@ -26,6 +26,7 @@ struct UpdateRecord {
   int64_t rank = 0;
   const std::vector<std::vector<int64_t>>* sample_ids = nullptr;  // this rank's [micro-batch][sample index]
   std::vector<int64_t> batch_sizes;                               // [rank] micro-batch sizes of the plan
+  std::vector<int64_t> shares;                                    // [rank] samples per update of the plan
   const UpdateResult* result = nullptr;
   PhaseTimes times;
 };
@@ -40,6 +41,9 @@ class TrainingObserver {
   virtual void on_epoch_begin(int64_t epoch) {}
   /// After every update (a skipped fp16 update included: see UpdateResult::skipped).
   virtual void on_update(const UpdateRecord& record) {}
+  /// After the last update that this run trains in `epoch`, before on_epoch_end: adds figures to the
+  /// epoch's summary line (every rank calls it at the same point, so it may communicate).
+  virtual void add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {}
   /// After the last update that this run trains in `epoch`, with the epoch's statistics.
   virtual void on_epoch_end(int64_t epoch, const std::vector<Stat>& stats) {}
   /// After a validation pass over `split`.

@@ -28,6 +28,9 @@ struct TrainingState {
   int64_t num_updates = 0;
   std::map<std::string, double> meters;  // see Controller::meter_state()
   torch::Tensor rng_state;               // the CPU generator's state
+  /// The gradient reducer's bucket layout (GradientReducer::bucket_layout), so that a resumed run
+  /// reduces in the same order; empty for one process.
+  std::vector<std::vector<int64_t>> bucket_layout;
 };
 
 /// What to take from a saved TrainingState on resume (the --reset-* flags and --optimizer-overrides).

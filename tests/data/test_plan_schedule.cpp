@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <numeric>
 #include <map>
 #include <set>
 
@@ -88,4 +89,47 @@ TEST_CASE("Plan schedule: a split with another total is refused, and an epoch wi
   CHECK(s.valid_plan().batch_sizes == std::vector<int64_t>{16, 16});
   CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { PlanSchedule({8}, {{0}}, {8}, 0); }),
              Catch::Contains("--update-freq: rank 0 has 0"));
+}
+
+TEST_CASE("Plan schedule: a balanced share is cut into even micro-batches and every sample is used once", "[data]") {
+  // 71 + 60 + 61 = 192 samples per update; rank 0 runs its 71 in two micro-batches (a cap of 64).
+  const DataPlan plan = DataPlan::from_shares({71, 60, 61}, {2, 1, 1}, 0);
+  CHECK(plan.batch_sizes == std::vector<int64_t>{36, 60, 61});
+  CHECK(plan.samples_per_update() == 192);
+  CHECK(plan.slice_offset(2) == 131);
+  std::vector<EpochBatchIterator> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    DataPlan p = plan;
+    p.rank = r;
+    ranks.emplace_back(1000, p, hetseq::EpochIteratorOptions{});
+    ranks.back().begin_epoch(1);
+  }
+  EpochBatchIterator probe = ranks[0];
+  const auto first = probe.next_update();
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].size() == 35);  // [floor(0 * 71/2), floor(71/2)) = 35 samples, then 36
+  CHECK(first[1].size() == 36);
+  std::vector<int64_t> all;
+  while (!ranks[0].end_of_epoch()) {
+    const auto step = one_step(ranks);
+    all.insert(all.end(), step.begin(), step.end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> expected(1000);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(all == expected);
+}
+
+TEST_CASE("Plan schedule: set_shares keeps the samples per update and rejects a share below its micro-batches",
+          "[data]") {
+  PlanSchedule s({64, 64, 64}, {{1}, {1}, {1}}, {64, 64, 64}, 2);
+  s.set_shares(1, {71, 60, 61}, {2, 1, 1});
+  CHECK(s.version() == 1);
+  CHECK(s.train_plan(1).all_shares() == std::vector<int64_t>{71, 60, 61});
+  CHECK(s.train_plan(3).update_freqs == std::vector<int64_t>{2, 1, 1});  // the split holds in later epochs
+  CHECK(s.micro_batches_per_update(1) == 4);
+  CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { s.set_shares(1, {72, 60, 61}, {2, 1, 1}); }),
+             Catch::Contains("takes 193 samples per update, the run takes 192"));
+  CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { s.set_shares(1, {1, 130, 61}, {2, 1, 1}); }),
+             Catch::Contains("rank 0 has a share of 1 samples in 2 micro-batches"));
 }

@@ -1,0 +1,194 @@
+#include "hetseq/balance/auto_balancer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
+
+namespace hetseq {
+namespace {
+
+// The figures each rank contributes to a gather, in this order.
+enum Figure : size_t {
+  kFixed,           // fitted seconds per micro-batch
+  kPerSample,       // fitted seconds per sample
+  kPoints,          // measurements in the window (0: nothing to fit yet)
+  kSinceStep,       // step wall time since the last applied split
+  kSinceSteps,
+  kEpochCompute,    // this epoch: compute seconds, samples, step wall seconds, steps
+  kEpochSamples,
+  kEpochStep,
+  kEpochSteps,
+  kFigures
+};
+
+std::string ms_list(const std::vector<double>& seconds) {
+  std::vector<std::string> out;
+  for (double s : seconds) out.push_back(fmt::format("{:.1f}", 1e3 * s));
+  return fmt::format("{}", fmt::join(out, "/"));
+}
+
+}  // namespace
+
+GatherFn gather_through(std::shared_ptr<GradientReducer> reducer, int64_t rank, int64_t world_size) {
+  return [reducer, rank, world_size](const std::vector<double>& local) {
+    LogSums sums;
+    for (int64_t r = 0; r < world_size; ++r) {
+      for (size_t k = 0; k < local.size(); ++k) sums[fmt::format("balance.{}.{}", r, k)] = r == rank ? local[k] : 0.0;
+    }
+    const LogSums total = reducer->reduce_sums(sums);
+    std::vector<std::vector<double>> all(static_cast<size_t>(world_size), std::vector<double>(local.size()));
+    for (int64_t r = 0; r < world_size; ++r) {
+      for (size_t k = 0; k < local.size(); ++k) all[r][k] = sum_or(total, fmt::format("balance.{}.{}", r, k));
+    }
+    return all;
+  };
+}
+
+AutoBalancer::AutoBalancer(PlanSchedule& schedule, GatherFn gather, BalanceOptions options)
+    : schedule_(schedule),
+      gather_(std::move(gather)),
+      options_(std::move(options)),
+      window_(static_cast<size_t>(options_.window > 0 ? options_.window : std::max<int64_t>(8, 2 * options_.interval))),
+      rank_(schedule.rank()) {
+  if (options_.interval <= 0) {
+    throw UsageError(fmt::format("--balance-interval: {} must be a positive number of updates", options_.interval));
+  }
+  if (options_.threshold < 0 || options_.threshold >= 1) {
+    throw UsageError(fmt::format("--balance-threshold: {} must be in [0, 1), a share of the step time",
+                                 options_.threshold));
+  }
+  if (options_.caps.empty()) options_.caps.assign(static_cast<size_t>(schedule.world_size()), 0);
+  if (static_cast<int64_t>(options_.caps.size()) != schedule.world_size()) {
+    throw UsageError(fmt::format("--balance-cap: {} caps for {} ranks", options_.caps.size(), schedule.world_size()));
+  }
+}
+
+void AutoBalancer::on_epoch_begin(int64_t /*epoch*/) { epoch_ = Totals{}; }
+
+void AutoBalancer::on_update(const UpdateRecord& r) {
+  ++updates_;
+  shares_ = r.shares;
+  int64_t samples = 0;
+  for (const auto& micro_batch : *r.sample_ids) samples += static_cast<int64_t>(micro_batch.size());
+  const double compute_s = r.times.data_s + r.times.compute_s;
+  // The first update of a process warms up (allocations, caches), and a short last update of an
+  // epoch says little: neither is measured.
+  if (updates_ > 1 && samples == r.shares[static_cast<size_t>(rank_)]) {
+    window_.add({samples, static_cast<int64_t>(r.sample_ids->size()), compute_s});
+    for (Totals* t : {&epoch_, &since_change_}) {
+      t->compute_s += compute_s;
+      t->samples += static_cast<double>(samples);
+      t->step_s += r.times.total_s;
+      t->steps += 1;
+    }
+  }
+  // On the global update count, so that a resumed run re-plans where the run never stopped would.
+  if (options_.enabled && r.num_updates % options_.interval == 0 && r.num_updates != planned_at_) {
+    planned_at_ = r.num_updates;
+    replan(r);
+  }
+}
+
+std::vector<double> AutoBalancer::local_figures() const {
+  std::vector<double> f(kFigures, 0.0);
+  if (!window_.empty()) {
+    const RankCost cost = window_.fit();
+    f[kFixed] = cost.fixed_s;
+    f[kPerSample] = cost.per_sample_s;
+    f[kPoints] = static_cast<double>(window_.size());
+  }
+  f[kSinceStep] = since_change_.step_s;
+  f[kSinceSteps] = since_change_.steps;
+  f[kEpochCompute] = epoch_.compute_s;
+  f[kEpochSamples] = epoch_.samples;
+  f[kEpochStep] = epoch_.step_s;
+  f[kEpochSteps] = epoch_.steps;
+  return f;
+}
+
+SplitProblem AutoBalancer::problem(const std::vector<std::vector<double>>& all, int64_t samples_per_update) const {
+  SplitProblem p;
+  p.samples_per_update = samples_per_update;
+  for (const auto& f : all) p.costs.push_back(RankCost{f[kFixed], f[kPerSample]});
+  p.caps = options_.caps;
+  p.multiple = options_.multiple;
+  return p;
+}
+
+// One re-plan (see Note [Balancing]): gather the fits, solve, report the split in force (measured step
+// time next to the prediction made when it was applied), and apply a new one past the hysteresis.
+void AutoBalancer::replan(const UpdateRecord& r) {
+  const std::vector<std::vector<double>> all = gather_(local_figures());
+  for (const auto& f : all) {
+    if (f[kPoints] <= 0) return;  // a rank has nothing measured yet
+  }
+  const int64_t total = std::accumulate(r.shares.begin(), r.shares.end(), int64_t{0});
+  const SplitProblem p = problem(all, total);
+  const Split split = solve_split(p);
+  double measured_s = 0;  // the step wall time of the split in force, the slowest rank's view
+  for (const auto& f : all) measured_s = std::max(measured_s, f[kSinceSteps] > 0 ? f[kSinceStep] / f[kSinceSteps] : 0);
+  if (predicted_s_ && rank_ == 0) {
+    log::info("[balance] update {}: split [{}] measured {:.1f} ms per update (predicted {:.1f} ms of compute)",
+              r.num_updates, fmt::join(r.shares, ","), 1e3 * measured_s, 1e3 * *predicted_s_);
+  }
+  predicted_s_.reset();
+  if (!worth_switching(p, r.shares, split, options_.threshold)) return;
+  schedule_.set_shares(r.epoch, split.shares, split.micro_batches);
+  ++changes_;
+  since_change_ = Totals{};
+  predicted_s_ = split.predicted_step_s;
+  if (rank_ != 0) return;
+  std::vector<double> per_sample;
+  for (const auto& c : p.costs) per_sample.push_back(c.per_sample_s);
+  const bool several = std::any_of(split.micro_batches.begin(), split.micro_batches.end(), [](int64_t m) { return m > 1; });
+  log::info("[balance] update {}: split [{}] -> [{}] samples per update{}; predicted compute per update {:.1f} -> "
+            "{:.1f} ms (measured {:.1f} ms per update; ms per sample by rank {})",
+            r.num_updates, fmt::join(r.shares, ","), fmt::join(split.shares, ","),
+            several ? fmt::format(" in [{}] micro-batches", fmt::join(split.micro_batches, ",")) : "",
+            1e3 * predicted_step_seconds(p, r.shares), 1e3 * split.predicted_step_s, 1e3 * measured_s,
+            ms_list(per_sample));
+}
+
+void AutoBalancer::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
+  const std::vector<std::vector<double>> all = gather_(local_figures());
+  double ideal = 0, samples = 0, step_s = 0;  // samples/s the compute speeds allow; measured samples and time
+  for (const auto& f : all) {
+    if (f[kEpochCompute] <= 0) return;  // nothing measured on a rank (a very short epoch)
+    ideal += f[kEpochSamples] / f[kEpochCompute];
+    samples += f[kEpochSamples];
+    step_s = std::max(step_s, f[kEpochStep]);
+  }
+  const double measured = step_s > 0 ? samples / step_s : 0;
+  const double efficiency = ideal > 0 ? measured / ideal : 0;
+  stats.push_back({"balance_eff", efficiency});
+  if (rank_ == 0) {
+    log::info("[balance] epoch {}: {:.0f} samples/s measured, {:.0f}% of the {:.0f} samples/s the ranks' compute "
+              "speeds allow; split [{}]{}",
+              epoch, measured, 100 * efficiency, ideal, fmt::join(shares_, ","),
+              options_.enabled ? fmt::format(", {} change(s) so far", changes_) : "");
+  }
+  if (!options_.enabled) suggest(epoch, all);
+}
+
+// With --auto-balance off: what balancing would gain, from the same measurements.
+void AutoBalancer::suggest(int64_t epoch, const std::vector<std::vector<double>>& all) {
+  if (rank_ != 0 || shares_.empty()) return;
+  for (const auto& f : all) {
+    if (f[kPoints] <= 0) return;
+  }
+  const int64_t total = std::accumulate(shares_.begin(), shares_.end(), int64_t{0});
+  const SplitProblem p = problem(all, total);
+  const Split split = solve_split(p);
+  if (!worth_switching(p, shares_, split, std::max(options_.threshold, 0.05))) return;
+  std::vector<double> compute;
+  for (size_t q = 0; q < all.size(); ++q) compute.push_back(predicted_seconds(p.costs[q], shares_[q], p.caps[q]));
+  log::info("[balance] epoch {}: the ranks are unbalanced (compute per update by rank {} ms): --auto-balance would "
+            "split [{}] as [{}], predicted {:.2f}x faster per update",
+            epoch, ms_list(compute), fmt::join(shares_, ","), fmt::join(split.shares, ","),
+            predicted_step_seconds(p, shares_) / split.predicted_step_s);
+}
+
+}  // namespace hetseq

@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "hetseq/balance/cost_window.h"
+#include "hetseq/data/plan_schedule.h"
+#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/train/training_observer.h"
+
+namespace hetseq {
+
+/// How the split of each update is balanced (the Balancing flags). See Note [Balancing].
+struct BalanceOptions {
+  bool enabled = false;        // --auto-balance: apply new splits; off: measure, report and suggest
+  int64_t interval = 10;       // --balance-interval: updates between two re-plans
+  double threshold = 0.03;     // --balance-threshold: predicted gain a new split must bring
+  std::vector<int64_t> caps;   // [rank] --balance-cap: the largest micro-batch (0: no limit)
+  int64_t multiple = 1;        // --required-batch-size-multiple
+  int64_t window = 0;          // measurements kept per rank (0: 2 * interval, at least 8)
+};
+
+/// Every rank's `local` vector (the same length on every rank), [rank][k]. Every rank calls it at the
+/// same point.
+using GatherFn = std::function<std::vector<std::vector<double>>(const std::vector<double>& local)>;
+
+/// A GatherFn over the reducer's statistics sum: rank r fills the entries of rank r and zeros the
+/// others, so the sum over ranks holds each rank's values (exactly: x + 0 = x). It works with every
+/// backend and both stat-sync modes.
+GatherFn gather_through(std::shared_ptr<GradientReducer> reducer, int64_t rank, int64_t world_size);
+
+/// The automatic balancer, one observer per rank. It times each rank's compute per update (data wait,
+/// forward and backward, without the wait in collectives), keeps a window of those measurements, and
+/// every --balance-interval updates gathers every rank's fitted cost, solves for equal finish times and
+/// applies the new split to the PlanSchedule when it is predicted to be faster by more than the
+/// threshold. Every rank computes the same split from the same gathered figures. At the end of each
+/// epoch it adds `balance_eff` (measured samples/s over what the ranks' compute speeds allow) to the
+/// summary and, when off, suggests --auto-balance if it would gain. See Note [Balancing].
+class AutoBalancer final : public TrainingObserver {
+ public:
+  AutoBalancer(PlanSchedule& schedule, GatherFn gather, BalanceOptions options);
+
+  void on_epoch_begin(int64_t epoch) override;
+  void on_update(const UpdateRecord& record) override;
+  void add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) override;
+
+  /// Splits applied so far by this process.
+  int64_t changes() const { return changes_; }
+
+ private:
+  struct Totals {  // compute and step wall time over the updates measured
+    double compute_s = 0, samples = 0, step_s = 0, steps = 0;
+  };
+  std::vector<double> local_figures() const;
+  SplitProblem problem(const std::vector<std::vector<double>>& all, int64_t samples_per_update) const;
+  void replan(const UpdateRecord& record);
+  void suggest(int64_t epoch, const std::vector<std::vector<double>>& all);
+
+  PlanSchedule& schedule_;
+  GatherFn gather_;
+  BalanceOptions options_;
+  CostWindow window_;
+  Totals epoch_, since_change_;  // this epoch; since the last applied split
+  std::vector<int64_t> shares_;  // [rank] the split of the last update
+  int64_t rank_ = 0;
+  int64_t updates_ = 0;          // updates this process has run
+  int64_t planned_at_ = -1;      // num_updates of the last re-plan
+  int64_t changes_ = 0;
+  std::optional<double> predicted_s_;  // the predicted compute per update of the split in force
+};
+
+}  // namespace hetseq

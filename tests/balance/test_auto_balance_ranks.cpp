@@ -1,0 +1,196 @@
+// Auto-balancing with real hetseq-train processes (level 2): three ranks, two of them sharing one core
+// (taskset) and one alone, with the split re-planned every few updates. The losses must follow one
+// process that trains on the same samples per update, every sample must be used once per epoch across
+// the changing splits, and a balanced run stopped and resumed must be bit-identical to the run never
+// stopped. See Note [Balancing].
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "hetseq/checkpoint/checkpoint.h"
+#include "support/mnist_files.h"
+#include "support/subprocess.h"
+
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// MNIST without dropout, SGD, deterministic CPU work, one JSON line per update.
+std::vector<std::string> run_args(const std::string& data, const std::string& save_dir) {
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--dropout", "0,0",
+          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
+          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+          "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5"};
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// Three ranks over a file rendezvous, each with 64 samples per update to start from: ranks 0 and 1
+// share CPU 0, rank 2 has CPU 1 (when the machine has two cores), so rank 2 is really faster.
+std::vector<std::vector<std::string>> three_ranks(const std::vector<std::string>& args, const std::string& rendezvous,
+                                                  const std::vector<std::string>& per_rank_extra = {"", "", ""}) {
+  const bool pin = std::thread::hardware_concurrency() >= 2 && std::filesystem::exists("/usr/bin/taskset");
+  std::vector<std::vector<std::string>> commands;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::string> c;
+    if (pin) c = {"/usr/bin/taskset", "-c", r < 2 ? "0" : "1"};
+    c.insert(c.end(), args.begin(), args.end());
+    c = with(c, {"--max-sentences", "64", "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                 "--distributed-init-method", "file://" + rendezvous, "--auto-balance"});
+    if (!per_rank_extra[r].empty()) c = with(c, {"--balance-cap", per_rank_extra[r]});
+    commands.push_back(c);
+  }
+  return commands;
+}
+
+void require_success(const ProcessResult& r, const std::string& who) {
+  INFO(who << " stderr:\n" << r.err);
+  REQUIRE(!r.timed_out);
+  REQUIRE(r.exit_code == 0);
+}
+
+std::vector<nlohmann::json> train_lines(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    auto row = nlohmann::json::parse(line);
+    if (row.value("tag", "") == "train") rows.push_back(row);
+  }
+  return rows;
+}
+
+// The number of "[balance] update N: split [..] -> [..]" lines: the splits applied.
+int split_changes(const std::string& err) {
+  const std::regex change("\\[balance\\] update [0-9]+: split \\[[0-9,]+\\] -> \\[[0-9,]+\\]");
+  return static_cast<int>(std::distance(std::sregex_iterator(err.begin(), err.end(), change), std::sregex_iterator()));
+}
+
+}  // namespace
+
+TEST_CASE("Auto-balance: 3 ranks, one on its own core: the split moves and the losses follow one process",
+          "[balance][multiprocess]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 1000, 10);
+  // 1000 samples, 192 per update: 6 updates per epoch (the last one short), 18 over 3 epochs. A re-plan
+  // every 2 updates with no hysteresis, so that the split moves often; rank 2 may run at most 48
+  // samples at once, so its larger shares run as two micro-batches.
+  const auto base = with(run_args(dir.path(), dir / "ckpt"), {"--max-epoch", "3"});
+  const auto single = run_process(with(base, {"--max-sentences", "192", "--save-dir", dir / "single"}), 300s);
+  require_success(single, "one process");
+  const auto ranks = run_processes(
+      three_ranks(with(base, {"--balance-interval", "2", "--balance-threshold", "0", "--dump-sample-ids", dir / "ids"}),
+                  dir / "rendezvous", {"", "", "48"}),
+      300s);
+  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], "rank " + std::to_string(r));
+
+  const int changes = split_changes(ranks[0].err);
+  INFO("rank 0 stderr:\n" << ranks[0].err);
+  CHECK(changes >= 2);
+  // The JSON train lines carry each update's split; it always sums to 192.
+  const auto one = train_lines(single.out), three = train_lines(ranks[0].out);
+  REQUIRE(one.size() == 18);
+  REQUIRE(three.size() == 18);
+  std::set<std::vector<int64_t>> splits;
+  for (const auto& row : three) {
+    const auto split = row.at("split").get<std::vector<int64_t>>();
+    CHECK(std::accumulate(split.begin(), split.end(), int64_t{0}) == 192);
+    splits.insert(split);
+  }
+  CHECK(splits.size() >= 3);
+  // The same training: the loss of every update within 1e-5 relative of one process's.
+  for (size_t i = 0; i < one.size(); ++i) {
+    CAPTURE(i);
+    CHECK(three[i].at("num_updates") == one[i].at("num_updates"));
+    const double a = one[i].at("loss").get<double>(), b = three[i].at("loss").get<double>();
+    CHECK(std::abs(a - b) <= 1e-5 * std::abs(a));
+  }
+  // Every sample once per epoch, across all the splits.
+  std::map<int64_t, std::vector<int64_t>> used;  // [epoch] sample ids over all ranks
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream in(dir / ("ids/samples-rank" + std::to_string(r) + ".txt"));
+    REQUIRE(in.good());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      int64_t epoch = 0, update = 0, id = 0;
+      fields >> epoch >> update;
+      while (fields >> id) used[epoch].push_back(id);
+    }
+  }
+  std::vector<int64_t> all(1000);
+  std::iota(all.begin(), all.end(), 0);
+  REQUIRE(used.size() == 3);
+  for (auto& [epoch, ids] : used) {
+    INFO("epoch " << epoch);
+    std::sort(ids.begin(), ids.end());
+    CHECK(ids == all);
+  }
+}
+
+TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to the run never stopped",
+          "[balance][multiprocess][resume]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 1000, 10);
+  // Re-plans at updates 4, 8 and 12; a checkpoint at update 10 holds the split of update 8, and the run
+  // resumed from it trains updates 11 and 12 with that split, as the run never stopped does.
+  const auto straight = run_processes(
+      three_ranks(with(run_args(dir.path(), dir / "straight"),
+                       {"--max-update", "12", "--save-interval-updates", "10", "--balance-interval", "4",
+                        "--balance-threshold", "0"}),
+                  dir / "rendezvous1"),
+      300s);
+  for (size_t r = 0; r < straight.size(); ++r) require_success(straight[r], "uninterrupted rank " + std::to_string(r));
+  const auto at10 = hetseq::load_checkpoint(dir / "straight/checkpoint_2_10.pt");
+  REQUIRE(at10.num_updates == 10);
+  INFO("uninterrupted rank 0 stderr:\n" << straight[0].err);
+  REQUIRE(split_changes(straight[0].err) >= 1);
+  REQUIRE(at10.data_plan.shares.size() == 3);
+  CHECK(at10.data_plan.shares != std::vector<int64_t>{64, 64, 64});
+
+  const auto resumed = run_processes(
+      three_ranks(with(run_args(dir.path(), dir / "resumed"),
+                       {"--max-update", "12", "--balance-interval", "4", "--balance-threshold", "0", "--restore-file",
+                        dir / "straight/checkpoint_2_10.pt"}),
+                  dir / "rendezvous2"),
+      300s);
+  for (size_t r = 0; r < resumed.size(); ++r) require_success(resumed[r], "resumed rank " + std::to_string(r));
+  CHECK_THAT(resumed[0].err, Catch::Contains(fmt::format("continuing with the checkpoint's split [{}]",
+                                                         fmt::join(at10.data_plan.shares, ","))));
+
+  const auto a = hetseq::load_checkpoint(dir / "straight/checkpoint_last.pt");
+  const auto b = hetseq::load_checkpoint(dir / "resumed/checkpoint_last.pt");
+  CHECK(a.num_updates == 12);
+  CHECK(b.num_updates == 12);
+  REQUIRE(a.model.size() == b.model.size());
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    INFO(a.model[i].first);
+    CHECK(torch::equal(a.model[i].second, b.model[i].second));
+  }
+  REQUIRE(a.optimizer_state);
+  REQUIRE(b.optimizer_state);
+  for (const auto& [name, t] : *a.optimizer_state) {
+    INFO(name);
+    CHECK(torch::equal(t, b.optimizer_state->at(name)));
+  }
+  CHECK(hetseq::state_digest(a) == hetseq::state_digest(b));
+  // Updates 11 and 12 with the same split in both runs.
+  const auto la = train_lines(straight[0].out), lb = train_lines(resumed[0].out);
+  REQUIRE(la.size() == 12);
+  REQUIRE(lb.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(lb[i].at("split") == la[10 + i].at("split"));
+    CHECK(lb[i].at("loss").get<double>() == la[10 + i].at("loss").get<double>());
+  }
+}
