@@ -51,7 +51,7 @@ AutoBalancer::AutoBalancer(PlanSchedule& schedule, GatherFn gather, BalanceOptio
     : schedule_(schedule),
       gather_(std::move(gather)),
       options_(std::move(options)),
-      window_(static_cast<size_t>(options_.window > 0 ? options_.window : std::max<int64_t>(8, 2 * options_.interval))),
+      window_(static_cast<size_t>(options_.window > 0 ? options_.window : std::max<int64_t>(4, options_.interval))),
       rank_(schedule.rank()) {
   if (options_.interval <= 0) {
     throw UsageError(fmt::format("--balance-interval: {} must be a positive number of updates", options_.interval));

@@ -20,7 +20,7 @@ struct BalanceOptions {
   double threshold = 0.03;     // --balance-threshold: predicted gain a new split must bring
   std::vector<int64_t> caps;   // [rank] --balance-cap: the largest micro-batch (0: no limit)
   int64_t multiple = 1;        // --required-batch-size-multiple
-  int64_t window = 0;          // measurements kept per rank (0: 2 * interval, at least 8)
+  int64_t window = 0;          // measurements kept per rank (0: --balance-interval, at least 4)
 };
 
 /// Every rank's `local` vector (the same length on every rank), [rank][k]. Every rank calls it at the

@@ -27,7 +27,9 @@ namespace hetseq {
 // (--balance-cap) cut into m_r micro-batches accumulated without sync. A proportional rule
 // (s_r ~ 1/c_r) misjudges ranks with a large fixed cost. Each rank fits (a_r, c_r) by least squares
 // over a window of its recent updates (per micro-batch: size, seconds); the fixed part only where the
-// sizes span a factor of 2, since nearby sizes make the intercept mostly noise.
+// sizes span a factor of 2, since nearby sizes make the intercept mostly noise. The window is one
+// re-plan interval long by default: each re-plan sees the conditions since the last one, so a load
+// that arrives or leaves is followed within two intervals instead of being averaged with the past.
 //
 // The split. The step is shortest when all ranks finish together: find T with sum_r x_r(T) = U,
 // where x_r(T) = sup{x : t_r(x) <= T} is increasing in T, by bisection; then round the x_r by largest
