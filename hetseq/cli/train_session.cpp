@@ -2,9 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <numeric>
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "hetseq/balance/auto_balancer.h"
+#include "hetseq/balance/memory_probe.h"
+#include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
@@ -125,7 +130,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   mine.batch_size = {batch_size};
   mine.update_freq = o_.optimization.update_freq;
   mine.valid_batch_size = o_.dataset.max_sentences_valid.value_or(batch_size);
-  mine.balance_cap = o_.balance.caps.empty() ? 0 : o_.balance.caps[0];
+  mine.balance_cap = o_.balance.caps.empty() ? probe_cap(batch_size) : o_.balance.caps[0];
   std::vector<int64_t> batch_sizes, valid_batch_sizes;  // [rank]
   std::vector<std::vector<int64_t>> update_freqs;       // [rank][epoch]
   for (const auto& w : world_.join(mine)) {
@@ -218,6 +223,38 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
                     "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
                     "share, or give every node the same --restore-file",
                     world_.timeout());
+}
+
+// --auto-balance on a CUDA device without --balance-cap: the cap is found by running one forward and
+// backward at growing sizes until the device runs out of memory (probe_micro_batch_cap). The model's
+// buffers (running statistics) are put back afterwards; its parameters are untouched (no step).
+int64_t TrainSession::probe_cap(int64_t batch_size) {
+  if (!o_.balance.auto_balance || !world_.device().is_cuda() || !world_.distributed()) return 0;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
+  auto try_size = [&](int64_t b) {
+    std::vector<int64_t> indices(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
+    const Batch batch = train_data_->collate(indices).to(world_.device());
+    const AutocastGuard autocast(world_.device(), o_.mixed_precision.precision);
+    task_->train_step(*model_, batch, [](const torch::Tensor& loss) { loss.backward(); });
+  };
+  auto release = [&] {
+    model_->zero_grad(/*set_to_none=*/true);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  };
+  ProbeOptions probe;
+  probe.start = batch_size;
+  const int64_t most_freq =
+      *std::max_element(o_.optimization.update_freq.begin(), o_.optimization.update_freq.end());
+  probe.limit = batch_size * most_freq * world_.world_size();
+  const int64_t cap = probe_micro_batch_cap(try_size, release, probe);
+  torch::NoGradGuard no_grad;
+  auto live = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
+  log::info("[balance] rank {}: micro-batch cap {} from probing {} (--balance-cap sets it)", world_.rank(),
+            cap > 0 ? std::to_string(cap) : "none needed", world_.device().str());
+  return cap;
 }
 
 // A balanced run resumes with the split that was in force when it stopped (so that it continues as

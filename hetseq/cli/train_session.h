@@ -39,6 +39,7 @@ class TrainSession {
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
   void resume(const std::map<std::string, std::string>& compared);
+  int64_t probe_cap(int64_t batch_size);
   void restore_split();
   void build_loop();
   void add_balancer();
