@@ -3,6 +3,8 @@
 // process that trains on the same samples per update, every sample must be used once per epoch across
 // the changing splits, and a balanced run stopped and resumed must be bit-identical to the run never
 // stopped. See Note [Balancing].
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -193,4 +195,38 @@ TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to 
     CHECK(lb[i].at("split") == la[10 + i].at("split"));
     CHECK(lb[i].at("loss").get<double>() == la[10 + i].at("loss").get<double>());
   }
+}
+
+TEST_CASE("Auto-balance: fp16 loss scaling and validation keep working while the split moves",
+          "[balance][multiprocess]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 1000, 100);
+  std::vector<std::string> args = run_args(dir.path(), dir / "ckpt");
+  args.erase(std::find(args.begin(), args.end(), "--disable-validation"));
+  const auto ranks = run_processes(
+      three_ranks(with(args, {"--max-epoch", "2", "--fp16", "--balance-interval", "2", "--balance-threshold", "0",
+                              "--max-sentences-valid", "25"}),
+                  dir / "rendezvous"),
+      300s);
+  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], "rank " + std::to_string(r));
+  INFO("rank 0 stderr:\n" << ranks[0].err);
+  CHECK(split_changes(ranks[0].err) >= 1);
+  // Every update logged its loss scale and split; each epoch was validated on all 100 test samples.
+  const auto train = train_lines(ranks[0].out);
+  REQUIRE(train.size() == 12);
+  for (const auto& row : train) {
+    CHECK(row.contains("loss_scale"));
+    const auto split = row.at("split").get<std::vector<int64_t>>();
+    CHECK(std::accumulate(split.begin(), split.end(), int64_t{0}) == 192);
+  }
+  int valid = 0;
+  std::istringstream in(ranks[0].out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto row = nlohmann::json::parse(line);
+    if (row.value("tag", "") != "valid") continue;
+    ++valid;
+    CHECK(std::isfinite(row.at("loss").get<double>()));
+  }
+  CHECK(valid == 2);
 }

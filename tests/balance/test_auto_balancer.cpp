@@ -3,12 +3,14 @@
 // whose times say so), so the expected splits are exact; the level-2 tests time real processes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/balance/cost_window.h"
 #include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "support/error_message.h"
 #include "support/rank_threads.h"
@@ -138,9 +140,16 @@ TEST_CASE("Auto-balancer: off, it measures and keeps the split", "[balance]") {
   BalanceOptions o;
   o.enabled = false;
   o.interval = 2;
+  log::begin_capture();
   const auto seen = run_balancer(o, 10, [](int rank, int64_t share, int64_t) {
     return (rank == 0 ? 3e-3 : 1e-3) * static_cast<double>(share);
   });
+  const std::vector<std::string> lines = log::end_capture();
+  // Rank 0 suggests balancing, with the split it would use and the predicted gain: 3 ms x 64 against
+  // equal finish times at 192 / (1/3 + 1 + 1) samples per ms.
+  const std::string expected = "--auto-balance would split [64,64,64] as [28,82,82], predicted 2.29x faster";
+  CHECK(std::count_if(lines.begin(), lines.end(),
+                      [&](const std::string& l) { return l.find(expected) != std::string::npos; }) == 1);
   CHECK(seen[0].shares.back() == std::vector<int64_t>{64, 64, 64});
   CHECK(seen[0].changes == 0);
   // The step takes as long as rank 0 (3 * 64 ms); the compute speeds allow 1/3 + 1 + 1 samples per ms.
