@@ -21,6 +21,7 @@ enum Figure : size_t {
   kEpochSamples,
   kEpochStep,
   kEpochSteps,
+  kNoise,           // relative standard error of the per-sample cost (CostWindow::relative_error)
   kFigures
 };
 
@@ -99,6 +100,7 @@ std::vector<double> AutoBalancer::local_figures() const {
     f[kFixed] = cost.fixed_s;
     f[kPerSample] = cost.per_sample_s;
     f[kPoints] = static_cast<double>(window_.size());
+    f[kNoise] = window_.relative_error();
   }
   f[kSinceStep] = since_change_.step_s;
   f[kSinceSteps] = since_change_.steps;
@@ -107,6 +109,13 @@ std::vector<double> AutoBalancer::local_figures() const {
   f[kEpochStep] = epoch_.step_s;
   f[kEpochSteps] = epoch_.steps;
   return f;
+}
+
+double AutoBalancer::deadband(const std::vector<std::vector<double>>& all) const {
+  double noise = 0;
+  for (const auto& f : all) noise = std::max(noise, f[kNoise]);
+  if (!options_.widen_to_noise) return options_.threshold;
+  return std::min(0.5, std::max(options_.threshold, 2 * noise));
 }
 
 SplitProblem AutoBalancer::problem(const std::vector<std::vector<double>>& all, int64_t samples_per_update) const {
@@ -135,7 +144,7 @@ void AutoBalancer::replan(const UpdateRecord& r) {
               r.num_updates, fmt::join(r.shares, ","), 1e3 * measured_s, 1e3 * *predicted_s_);
   }
   predicted_s_.reset();
-  if (!worth_switching(p, r.shares, split, options_.threshold)) return;
+  if (!worth_switching(p, r.shares, split, deadband(all))) return;
   schedule_.set_shares(r.epoch, split.shares, split.micro_batches);
   ++changes_;
   since_change_ = Totals{};
@@ -145,11 +154,11 @@ void AutoBalancer::replan(const UpdateRecord& r) {
   for (const auto& c : p.costs) per_sample.push_back(c.per_sample_s);
   const bool several = std::any_of(split.micro_batches.begin(), split.micro_batches.end(), [](int64_t m) { return m > 1; });
   log::info("[balance] update {}: split [{}] -> [{}] samples per update{}; predicted compute per update {:.1f} -> "
-            "{:.1f} ms (measured {:.1f} ms per update; ms per sample by rank {})",
+            "{:.1f} ms (measured {:.1f} ms per update; ms per sample by rank {}; deadband {:.1f}%)",
             r.num_updates, fmt::join(r.shares, ","), fmt::join(split.shares, ","),
             several ? fmt::format(" in [{}] micro-batches", fmt::join(split.micro_batches, ",")) : "",
             1e3 * predicted_step_seconds(p, r.shares), 1e3 * split.predicted_step_s, 1e3 * measured_s,
-            ms_list(per_sample));
+            ms_list(per_sample), 100 * deadband(all));
 }
 
 void AutoBalancer::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
@@ -182,7 +191,7 @@ void AutoBalancer::suggest(int64_t epoch, const std::vector<std::vector<double>>
   const int64_t total = std::accumulate(shares_.begin(), shares_.end(), int64_t{0});
   const SplitProblem p = problem(all, total);
   const Split split = solve_split(p);
-  if (!worth_switching(p, shares_, split, std::max(options_.threshold, 0.05))) return;
+  if (!worth_switching(p, shares_, split, std::max(deadband(all), 0.05))) return;
   std::vector<double> compute;
   for (size_t q = 0; q < all.size(); ++q) compute.push_back(predicted_seconds(p.costs[q], shares_[q], p.caps[q]));
   log::info("[balance] epoch {}: the ranks are unbalanced (compute per update by rank {} ms): --auto-balance would "

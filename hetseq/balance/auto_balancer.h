@@ -18,6 +18,7 @@ struct BalanceOptions {
   bool enabled = false;        // --auto-balance: apply new splits; off: measure, report and suggest
   int64_t interval = 10;       // --balance-interval: updates between two re-plans
   double threshold = 0.03;     // --balance-threshold: predicted gain a new split must bring
+  bool widen_to_noise = true;  // widen the threshold to the measured noise (when the flag is not given)
   std::vector<int64_t> caps;   // [rank] --balance-cap: the largest micro-batch (0: no limit)
   int64_t multiple = 1;        // --required-batch-size-multiple
   int64_t window = 0;          // measurements kept per rank (0: --balance-interval, at least 4)
@@ -56,6 +57,9 @@ class AutoBalancer final : public TrainingObserver {
   };
   std::vector<double> local_figures() const;
   SplitProblem problem(const std::vector<std::vector<double>>& all, int64_t samples_per_update) const;
+  /// The predicted gain a new split must bring: --balance-threshold, or (widen_to_noise) twice the
+  /// noisiest rank's relative error when that is larger, at most 50%.
+  double deadband(const std::vector<std::vector<double>>& all) const;
   void replan(const UpdateRecord& record);
   void suggest(int64_t epoch, const std::vector<std::vector<double>>& all);
 

@@ -1,5 +1,6 @@
 #include "hetseq/balance/cost_window.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hetseq {
@@ -26,6 +27,20 @@ double CostWindow::seconds_per_sample() const {
     samples += static_cast<double>(s.samples);
   }
   return samples > 0 ? seconds / samples : 0;
+}
+
+double CostWindow::relative_error() const {
+  const size_t n = samples_.size();
+  if (n < 2) return 0;
+  double sum = 0, squares = 0;
+  for (const CostSample& s : samples_) {
+    const double x = s.seconds / static_cast<double>(s.samples);
+    sum += x;
+    squares += x * x;
+  }
+  const double mean = sum / static_cast<double>(n);
+  const double variance = std::max(0.0, (squares - sum * mean) / static_cast<double>(n - 1));
+  return mean > 0 ? std::sqrt(variance / static_cast<double>(n)) / mean : 0;
 }
 
 }  // namespace hetseq

@@ -32,6 +32,9 @@ class CostWindow {
   RankCost fit() const;
   /// Seconds per sample over the window, fixed costs included (0 when empty).
   double seconds_per_sample() const;
+  /// The standard error of the mean seconds per sample, relative to that mean: how far noise alone
+  /// may move this rank's estimate (0 with fewer than two measurements).
+  double relative_error() const;
 
  private:
   size_t capacity_;

@@ -39,7 +39,11 @@ namespace hetseq {
 // so they agree without a broadcast.
 //
 // Hysteresis. A new split is applied only when it is predicted faster than the one in force by more
-// than --balance-threshold (Cannikin's 3% deadband), so noise does not make the split oscillate.
+// than a deadband, so noise does not make the split oscillate: --balance-threshold (Cannikin's 3%),
+// widened on a noisy machine to twice the largest relative standard error of a rank's per-sample
+// cost over its window (unless --balance-threshold is given). On a shared machine where a rank's updates vary by 20%, a fixed 3% let
+// identical ranks wander between 56/72 and 64/64; the measured noise sets the band there, while a
+// real change of load (a predicted gain of 20% and more) still passes at the next re-plan.
 // LB-BSP and OmniLearn resize every iteration; we re-plan every --balance-interval updates, which keeps
 // the collective's cost negligible and the window long enough to average noise out.
 

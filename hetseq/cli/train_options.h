@@ -73,6 +73,7 @@ struct BalanceFlags {
   bool auto_balance = false;       // --auto-balance
   int64_t interval = 10;           // --balance-interval
   double threshold = 0.03;         // --balance-threshold
+  bool threshold_given = false;    // a given threshold is used as is, never widened to the noise
   std::vector<int64_t> caps;       // --balance-cap: [local worker] or one value for all (empty: none)
 };
 

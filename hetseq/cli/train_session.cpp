@@ -324,13 +324,15 @@ void TrainSession::add_balancer() {
   b.enabled = o_.balance.auto_balance;
   b.interval = o_.balance.interval;
   b.threshold = o_.balance.threshold;
+  b.widen_to_noise = !o_.balance.threshold_given;
   b.caps = balance_caps_;
   b.multiple = o_.dataset.required_batch_size_multiple;
   loop_->add_observer(std::make_shared<AutoBalancer>(
       *schedule_, gather_through(reducer_, world_.rank(), world_.world_size()), b));
   if (b.enabled && world_.rank() == 0) {
-    log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%, caps [{}] (0: none)",
-              b.interval, 100 * b.threshold, fmt::join(b.caps, ","));
+    log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%{}, caps [{}] (0: none)",
+              b.interval, 100 * b.threshold, b.widen_to_noise ? " or twice the measured noise" : "",
+              fmt::join(b.caps, ","));
   }
 }
 

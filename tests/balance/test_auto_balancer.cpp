@@ -35,6 +35,13 @@ TEST_CASE("Cost window: a fixed and a per-sample cost are recovered from two siz
   w.add({64, 1, 0.064});
   CHECK(w.size() == 4);
   CHECK(w.seconds_per_sample() == Approx((0.034 + 0.052 + 0.128) / (64.0 + 96.0 + 128.0)));
+  // Noise: 0.1 and 0.3 s per sample have mean 0.2, standard deviation 0.1414 and standard error 0.1.
+  CostWindow noisy(4);
+  CHECK(noisy.relative_error() == 0);
+  noisy.add({10, 1, 1.0});
+  CHECK(noisy.relative_error() == 0);
+  noisy.add({10, 1, 3.0});
+  CHECK(noisy.relative_error() == Approx(0.5));
 }
 
 namespace {
@@ -117,6 +124,28 @@ TEST_CASE("Auto-balancer: a rank twice as slow per sample gets half the share, e
   CHECK(seen[0].shares[3] != std::vector<int64_t>{64, 64, 64});
   CHECK(seen[0].changes == 1);
   CHECK(seen[0].balance_eff > 0.5);
+}
+
+TEST_CASE("Auto-balancer: 20% noise between identical ranks moves nothing, a real slowdown still does",
+          "[balance]") {
+  BalanceOptions o;
+  o.enabled = true;
+  o.interval = 4;
+  // Updates alternate 20% fast and slow, out of phase between ranks 0 and 1: a window of 3 or 4 sees
+  // one rank up to 7% slower than the other, past a fixed 3% threshold but not past the deadband that
+  // this noise sets (twice the relative standard error, about 20%).
+  auto noisy = [](int rank, int64_t share, bool slow_rank_2) {
+    static thread_local int calls = 0;
+    const double noise = 1.0 + 0.2 * (((++calls + rank) % 2) != 0 ? 1 : -1);
+    return (slow_rank_2 && rank == 2 ? 3e-3 : 1e-3) * static_cast<double>(share) * noise;
+  };
+  const auto calm = run_balancer(o, 24, [&](int rank, int64_t share, int64_t) { return noisy(rank, share, false); });
+  CHECK(calm[0].changes == 0);
+  CHECK(calm[0].shares.back() == std::vector<int64_t>{64, 64, 64});
+  // Rank 2 three times slower: a predicted gain of about 2x passes the same deadband.
+  const auto slow = run_balancer(o, 24, [&](int rank, int64_t share, int64_t) { return noisy(rank, share, true); });
+  CHECK(slow[0].changes >= 1);
+  CHECK(slow[0].shares.back()[2] < 40);
 }
 
 TEST_CASE("Auto-balancer: a share over a rank's cap runs as several micro-batches", "[balance]") {
