@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -19,6 +18,7 @@
 
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
+#include "support/run_output.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -63,17 +63,6 @@ void require_success(const ProcessResult& r, const std::string& who) {
   REQUIRE(r.exit_code == 0);
 }
 
-std::vector<nlohmann::json> train_lines(const std::string& out) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    auto row = nlohmann::json::parse(line);
-    if (row.value("tag", "") == "train") rows.push_back(row);
-  }
-  return rows;
-}
-
 // The number of "[balance] update N: split [..] -> [..]" lines: the splits applied.
 int split_changes(const std::string& err) {
   const std::regex change("\\[balance\\] update [0-9]+: split \\[[0-9,]+\\] -> \\[[0-9,]+\\]");
@@ -102,7 +91,7 @@ TEST_CASE("Auto-balance: 3 ranks, one on its own core: the split moves and the l
   INFO("rank 0 stderr:\n" << ranks[0].err);
   CHECK(changes >= 2);
   // The JSON train lines carry each update's split; it always sums to 192.
-  const auto one = train_lines(single.out), three = train_lines(ranks[0].out);
+  const auto one = json_lines(single.out, "train"), three = json_lines(ranks[0].out, "train");
   REQUIRE(one.size() == 18);
   REQUIRE(three.size() == 18);
   std::set<std::vector<int64_t>> splits;
@@ -122,14 +111,9 @@ TEST_CASE("Auto-balance: 3 ranks, one on its own core: the split moves and the l
   // Every sample once per epoch, across all the splits.
   std::map<int64_t, std::vector<int64_t>> used;  // [epoch] sample ids over all ranks
   for (int r = 0; r < 3; ++r) {
-    std::ifstream in(dir / ("ids/samples-rank" + std::to_string(r) + ".txt"));
-    REQUIRE(in.good());
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream fields(line);
-      int64_t epoch = 0, update = 0, id = 0;
-      fields >> epoch >> update;
-      while (fields >> id) used[epoch].push_back(id);
-    }
+    const auto lines = read_sample_ids(dir / "ids", r);
+    REQUIRE(lines);
+    for (const auto& line : *lines) used[line.epoch].insert(used[line.epoch].end(), line.ids.begin(), line.ids.end());
   }
   std::vector<int64_t> all(1000);
   std::iota(all.begin(), all.end(), 0);
@@ -175,20 +159,9 @@ TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to 
   const auto b = hetseq::load_checkpoint(dir / "resumed/checkpoint_last.pt");
   CHECK(a.num_updates == 12);
   CHECK(b.num_updates == 12);
-  REQUIRE(a.model.size() == b.model.size());
-  for (size_t i = 0; i < a.model.size(); ++i) {
-    INFO(a.model[i].first);
-    CHECK(torch::equal(a.model[i].second, b.model[i].second));
-  }
-  REQUIRE(a.optimizer_state);
-  REQUIRE(b.optimizer_state);
-  for (const auto& [name, t] : *a.optimizer_state) {
-    INFO(name);
-    CHECK(torch::equal(t, b.optimizer_state->at(name)));
-  }
-  CHECK(hetseq::state_digest(a) == hetseq::state_digest(b));
+  check_same_training_state(a, b);
   // Updates 11 and 12 with the same split in both runs.
-  const auto la = train_lines(straight[0].out), lb = train_lines(resumed[0].out);
+  const auto la = json_lines(straight[0].out, "train"), lb = json_lines(resumed[0].out, "train");
   REQUIRE(la.size() == 12);
   REQUIRE(lb.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
@@ -212,21 +185,14 @@ TEST_CASE("Auto-balance: fp16 loss scaling and validation keep working while the
   INFO("rank 0 stderr:\n" << ranks[0].err);
   CHECK(split_changes(ranks[0].err) >= 1);
   // Every update logged its loss scale and split; each epoch was validated on all 100 test samples.
-  const auto train = train_lines(ranks[0].out);
+  const auto train = json_lines(ranks[0].out, "train");
   REQUIRE(train.size() == 12);
   for (const auto& row : train) {
     CHECK(row.contains("loss_scale"));
     const auto split = row.at("split").get<std::vector<int64_t>>();
     CHECK(std::accumulate(split.begin(), split.end(), int64_t{0}) == 192);
   }
-  int valid = 0;
-  std::istringstream in(ranks[0].out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    const auto row = nlohmann::json::parse(line);
-    if (row.value("tag", "") != "valid") continue;
-    ++valid;
-    CHECK(std::isfinite(row.at("loss").get<double>()));
-  }
-  CHECK(valid == 2);
+  const auto valid = json_lines(ranks[0].out, "valid");
+  CHECK(valid.size() == 2);
+  for (const auto& row : valid) CHECK(std::isfinite(row.at("loss").get<double>()));
 }

@@ -17,6 +17,7 @@
 
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
+#include "support/run_output.h"
 #include "support/subprocess.h"
 
 namespace fs = std::filesystem;
@@ -42,18 +43,6 @@ void require_success(const ProcessResult& r, const std::string& who) {
   INFO(who << " stderr:\n" << r.err);
   REQUIRE(!r.timed_out);
   REQUIRE(r.exit_code == 0);
-}
-
-// The JSON lines of a run's stdout with the given tag.
-std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    auto row = nlohmann::json::parse(line);
-    if (row.value("tag", "") == tag) rows.push_back(row);
-  }
-  return rows;
 }
 
 // The logged training loss per update number.
@@ -88,18 +77,7 @@ TEST_CASE("a run stopped mid-epoch and resumed is bit-identical to the run never
   CHECK(a.num_updates == 7);
   CHECK(b.num_updates == 7);
   CHECK(a.offset == b.offset);
-  REQUIRE(a.model.size() == b.model.size());
-  for (size_t i = 0; i < a.model.size(); ++i) {
-    INFO(a.model[i].first);
-    CHECK(torch::equal(a.model[i].second, b.model[i].second));
-  }
-  REQUIRE(a.optimizer_state);
-  REQUIRE(b.optimizer_state);
-  for (const auto& [name, t] : *a.optimizer_state) {
-    INFO(name);
-    CHECK(torch::equal(t, b.optimizer_state->at(name)));
-  }
-  CHECK(hetseq::state_digest(a) == hetseq::state_digest(b));
+  check_same_training_state(a, b);
   // The same losses, update for update (the meters continue across the stop).
   const auto la = losses_by_update(straight.out), lb = losses_by_update(first.out + second.out);
   REQUIRE(la.size() == 7);
@@ -134,14 +112,11 @@ TEST_CASE("a run resumed on another world size with other batch sizes uses every
 
   std::vector<int64_t> used;
   for (int r = 0; r < 3; ++r) {
-    std::ifstream in(ids + "/samples-rank" + std::to_string(r) + ".txt");
-    REQUIRE((r == 2 || in.good()));
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream fields(line);
-      int64_t epoch = 0, update = 0, id = 0;
-      fields >> epoch >> update;
-      REQUIRE(epoch == 1);
-      while (fields >> id) used.push_back(id);
+    const auto lines = read_sample_ids(ids, r);
+    REQUIRE((r == 2 || lines));
+    for (const auto& line : lines.value_or(std::vector<SampleIdLine>{})) {
+      REQUIRE(line.epoch == 1);
+      used.insert(used.end(), line.ids.begin(), line.ids.end());
     }
   }
   std::sort(used.begin(), used.end());

@@ -13,6 +13,7 @@
 
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
+#include "support/run_output.h"
 #include "support/subprocess.h"
 #include "tasks/mnist/mnist_model.h"
 
@@ -229,16 +230,12 @@ TEST_CASE("with unequal batches and update-freqs every sample of an epoch is use
   std::map<int64_t, std::set<int64_t>> updates;  // [rank] update numbers it took part in
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> counts;  // [(epoch, update)] samples of each rank
   for (int r = 0; r < 3; ++r) {
-    std::ifstream in(dir / ("ids/samples-rank" + std::to_string(r) + ".txt"));
-    REQUIRE(in.good());
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream fields(line);
-      int64_t epoch = 0, update = 0, id = 0;
-      fields >> epoch >> update;
-      updates[r].insert(update);
-      int64_t n = 0;
-      for (; fields >> id; ++n) used[epoch].push_back(id);
-      counts[{epoch, update}].push_back(n);
+    const auto lines = read_sample_ids(dir / "ids", r);
+    REQUIRE(lines);
+    for (const auto& line : *lines) {
+      updates[r].insert(line.update);
+      used[line.epoch].insert(used[line.epoch].end(), line.ids.begin(), line.ids.end());
+      counts[{line.epoch, line.update}].push_back(static_cast<int64_t>(line.ids.size()));
     }
   }
   std::vector<int64_t> all(1000);

@@ -14,6 +14,7 @@
 
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
+#include "support/run_output.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
 
@@ -50,17 +51,6 @@ std::vector<std::string> overflow_lines(const std::string& err) {
     out.push_back(it->str());
   }
   return out;
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(out);
-  for (std::string l; std::getline(in, l);) {
-    if (l.empty() || l[0] != '{') continue;
-    auto row = nlohmann::json::parse(l);
-    if (row.value("tag", "") == tag) rows.push_back(row);
-  }
-  return rows;
 }
 
 }  // namespace
