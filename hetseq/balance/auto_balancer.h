@@ -50,6 +50,13 @@ class AutoBalancer final : public TrainingObserver {
 
   /// Splits applied so far by this process.
   int64_t changes() const { return changes_; }
+  /// What balancing would do, with --auto-balance off: the split and its predicted speed-up per update.
+  struct Suggestion {
+    std::vector<int64_t> shares;  // [rank]
+    double gain = 1;              // predicted step time now over the step time with `shares`
+  };
+  /// Rank 0: the suggestion of the last epoch's end, when the balancer found one worth switching to.
+  const std::optional<Suggestion>& suggestion() const { return suggestion_; }
 
  private:
   struct Totals {  // compute and step wall time over the updates measured
@@ -74,6 +81,7 @@ class AutoBalancer final : public TrainingObserver {
   int64_t planned_at_ = -1;      // num_updates of the last re-plan
   int64_t changes_ = 0;
   std::optional<double> predicted_s_;  // the predicted compute per update of the split in force
+  std::optional<Suggestion> suggestion_;
 };
 
 }  // namespace hetseq

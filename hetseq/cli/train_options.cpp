@@ -9,6 +9,7 @@
 #include "hetseq/core/flags.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/distributed/per_rank_flags.h"
+#include "hetseq/observe/tracer.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/task/task_registry.h"
 
@@ -175,7 +176,8 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("broadcast-buffers", "broadcast the model's buffers from rank 0 before each update's forward passes "
        "(--broadcast-buffers=false to keep each rank's own)", cxxopts::value<bool>()->default_value("true"))
       ("fast-stat-sync", "reduce logged statistics in one small allreduce", switch_flag())
-      ("log-all-ranks", "every rank logs, with its batch size, compute and communication-wait times", switch_flag());
+      ("log-all-ranks", "every rank logs, and the per-rank summary (batch size, compute, communication wait, bus "
+       "bandwidth, slowest rank) is printed every --log-interval, not only at the end of each epoch", switch_flag());
 }
 
 void add_balance_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
@@ -221,13 +223,28 @@ void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::str
        optional_flag(d, "dump-sample-ids"));
 }
 
+void add_observe_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
+  const DefaultOf d = task_default_of(task);
+  parser.add_options("Seeing a run")
+      ("trace-dir", "each rank writes the timeline of --trace-updates to DIR/trace_rank<R>.json (Chrome trace "
+       "format: Perfetto, chrome://tracing); `hetseq-trace merge DIR` joins the ranks", optional_flag(d, "trace-dir"))
+      ("trace-updates", "the updates to trace with --trace-dir, A:B (1-based, both included)",
+       text_flag(d, "trace-updates", "1:100"))
+      ("trace-ops", "with --trace-dir, also LibTorch's op-level profile (Kineto) of the same updates, in "
+       "DIR/ops_rank<R>.json", switch_flag())
+      ("tensorboard-logdir", "write the log's statistics as TensorBoard scalars into DIR (rank 0)",
+       optional_flag(d, "tensorboard-logdir"))
+      ("json-log", "append every log record as a JSON line to FILE, whatever --log-format prints (rank 0); "
+       "scripts/plot_run.py draws it", optional_flag(d, "json-log"));
+}
+
 cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
   cxxopts::Options parser("hetseq-train",
                           "Synchronous data-parallel training across devices of different speed and memory.\n"
                           "Tasks: " + fmt::format("{}", fmt::join(TaskRegistry::global().names(), ", ")));
   parser.set_width(110);
   for (auto add : {add_common_flags, add_precision_flags, add_dataset_flags, add_optimization_flags,
-                   add_distributed_flags, add_balance_flags, add_checkpoint_flags}) {
+                   add_distributed_flags, add_balance_flags, add_checkpoint_flags, add_observe_flags}) {
     add(parser, task);
   }
   for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
@@ -419,6 +436,28 @@ BalanceFlags read_balance(const cxxopts::ParseResult& args) {
   return b;
 }
 
+ObserveFlags read_observe(const cxxopts::ParseResult& args) {
+  ObserveFlags f;
+  if (args.count("trace-dir")) {
+    f.trace_dir = str(args, "trace-dir");
+    if (f.trace_dir->empty()) throw UsageError("--trace-dir: empty path");
+  }
+  f.trace_updates = str(args, "trace-updates");
+  TraceOptions check;
+  parse_trace_window(f.trace_updates, check);  // throws naming the flag
+  f.trace_ops = flag(args, "trace-ops");
+  if (f.trace_ops && !f.trace_dir) throw UsageError("--trace-ops: needs --trace-dir, where the op-level trace goes");
+  if (args.count("tensorboard-logdir")) {
+    f.tensorboard_logdir = str(args, "tensorboard-logdir");
+    if (f.tensorboard_logdir->empty()) throw UsageError("--tensorboard-logdir: empty path");
+  }
+  if (args.count("json-log")) {
+    f.json_log = str(args, "json-log");
+    if (f.json_log->empty()) throw UsageError("--json-log: empty path");
+  }
+  return f;
+}
+
 CheckpointOptions read_checkpoint(const cxxopts::ParseResult& args) {
   CheckpointOptions k;
   k.save.save_dir = str(args, "save-dir");
@@ -463,6 +502,7 @@ TrainOptions read_train_options(const cxxopts::ParseResult& args) {
     o.optimization = read_optimization(args);
     o.distributed = read_distributed(args);
     o.balance = read_balance(args);
+    o.observe = read_observe(args);
     o.checkpoint = read_checkpoint(args);
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(fmt::format("{} (see --help)", e.what()));

@@ -77,6 +77,15 @@ struct BalanceFlags {
   std::vector<int64_t> caps;       // --balance-cap: [local worker] or one value for all (empty: none)
 };
 
+/// The flags that make a run visible besides its log lines. See Note [Tracing].
+struct ObserveFlags {
+  std::optional<std::string> trace_dir;           // --trace-dir: each rank's timeline
+  std::string trace_updates = "1:100";            // --trace-updates A:B
+  bool trace_ops = false;                         // --trace-ops: LibTorch's op-level profiler too
+  std::optional<std::string> tensorboard_logdir;  // --tensorboard-logdir
+  std::optional<std::string> json_log;            // --json-log FILE
+};
+
 struct CheckpointOptions {
   CheckpointSaveOptions save;
   std::string restore_file = "checkpoint_last.pt";  // a name in --save-dir, or a path
@@ -107,6 +116,7 @@ struct TrainOptions {
   OptimizationOptions optimization;
   DistributedFlags distributed;
   BalanceFlags balance;
+  ObserveFlags observe;
   CheckpointOptions checkpoint;
   MixedPrecisionOptions mixed_precision;
 };
@@ -131,6 +141,7 @@ void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::s
 void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 void add_balance_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
+void add_observe_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 
 /// `argv` with HetSeq's second spellings (--batch-size, --lr-scheduler, --local_rank, ...) replaced
 /// by the primary ones, as the parser and the launcher see them.

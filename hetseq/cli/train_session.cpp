@@ -20,7 +20,10 @@
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/progress_observer.h"
 #include "hetseq/train/sample_id_observer.h"
-#include "hetseq/train/straggler_report.h"
+#include "hetseq/observe/clock_sync.h"
+#include "hetseq/observe/json_log_sink.h"
+#include "hetseq/observe/rank_summary.h"
+#include "hetseq/observe/tensorboard_sink.h"
 
 namespace hetseq::cli {
 namespace {
@@ -66,6 +69,8 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
   load_data();
   std::map<std::string, std::string> compared = compared_flags(parser, args);
   compared["backend (from --cpu and --distributed-backend)"] = world_.backend();
+  // Tracing ranks align their clocks together at start (Note [Tracing]).
+  compared["tracing (from --trace-dir)"] = o_.observe.trace_dir ? "on" : "off";
   compared[fmt::format("size of the training split '{}' (from --data)", o_.dataset.train_subset)] =
       std::to_string(train_data_->size());
   for (const auto& [split, data] : valid_data_) {
@@ -299,18 +304,50 @@ void TrainSession::build_loop() {
   lopts.order.curriculum = o_.dataset.curriculum;
   lopts.num_workers = o_.dataset.num_workers;
   lopts.continue_epoch_meters = !ck.reset_meters;
+  if (o_.observe.trace_dir) {
+    TraceOptions t;
+    t.dir = *o_.observe.trace_dir;
+    parse_trace_window(o_.observe.trace_updates, t);
+    t.ops = o_.observe.trace_ops;
+    t.rank = world_.rank();
+    t.device = world_.device();
+    t.label = fmt::format("rank {} ({}, {}, {} samples per update)", world_.rank(), host_name(), world_.device().str(),
+                          schedule_->train_plan(start_.epoch).share(world_.rank()));
+    tracer_ = std::make_unique<Tracer>(t);
+    if (world_.distributed()) tracer_->set_clock(align_clocks(*world_.group(), world_.device()));
+    controller_->set_tracer(tracer_.get());
+    reducer_->set_tracer(tracer_.get());
+    parts.tracer = tracer_.get();
+  }
   loop_ = std::make_unique<TrainingLoop>(parts, lopts);
+  add_observers();
+}
 
+void TrainSession::add_observers() {
   const bool rank0 = world_.rank() == 0;
   progress_ = std::make_unique<ProgressLogger>(rank0 ? o_.common.log_format : LogFormat::kNone,
                                                rank0 && !o_.common.no_progress_bar && ::isatty(fileno(stdout)),
                                                o_.common.log_interval);
+  if (rank0 && o_.observe.json_log) progress_->add_sink(std::make_shared<JsonLogSink>(*o_.observe.json_log));
+  if (rank0 && o_.observe.tensorboard_logdir) {
+    auto tb = std::make_shared<TensorBoardSink>(*o_.observe.tensorboard_logdir);
+    log::info("[tensorboard] writing scalars to {} (view with: tensorboard --logdir {})", tb->path(),
+              *o_.observe.tensorboard_logdir);
+    progress_->add_sink(tb);
+  }
   loop_->add_observer(std::make_shared<ProgressObserver>(*progress_, *controller_));
-  if (ck.dump_sample_ids) loop_->add_observer(std::make_shared<SampleIdObserver>(*ck.dump_sample_ids, world_.rank()));
-  if (world_.distributed() && o_.distributed.log_all_ranks) {
-    loop_->add_observer(std::make_shared<StragglerReport>(o_.common.log_interval));
+  if (o_.checkpoint.dump_sample_ids) {
+    loop_->add_observer(std::make_shared<SampleIdObserver>(*o_.checkpoint.dump_sample_ids, world_.rank()));
   }
   add_balancer();
+  if (world_.distributed()) {
+    RankSummaryOptions r;
+    r.log_interval = o_.common.log_interval;
+    r.log_all_ranks = o_.distributed.log_all_ranks;
+    r.world_size = world_.world_size();
+    loop_->add_observer(std::make_shared<RankSummary>(gather_through(reducer_, world_.rank(), world_.world_size()),
+                                                      *progress_, balancer_.get(), r));
+  }
 }
 
 // The balancer watches every distributed run: with --auto-balance it moves the split, without it it
@@ -327,8 +364,8 @@ void TrainSession::add_balancer() {
   b.widen_to_noise = !o_.balance.threshold_given;
   b.caps = balance_caps_;
   b.multiple = o_.dataset.required_batch_size_multiple;
-  loop_->add_observer(std::make_shared<AutoBalancer>(
-      *schedule_, gather_through(reducer_, world_.rank(), world_.world_size()), b));
+  balancer_ = std::make_shared<AutoBalancer>(*schedule_, gather_through(reducer_, world_.rank(), world_.world_size()), b);
+  loop_->add_observer(balancer_);
   if (b.enabled && world_.rank() == 0) {
     log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%{}, caps [{}] (0: none)",
               b.interval, 100 * b.threshold, b.widen_to_noise ? " or twice the measured noise" : "",

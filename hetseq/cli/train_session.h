@@ -7,12 +7,14 @@
 
 #include <cxxopts.hpp>
 
+#include "hetseq/balance/auto_balancer.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/checkpoint/checkpointer.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/data/plan_schedule.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/task/task.h"
+#include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
 #include "hetseq/train/progress.h"
 #include "hetseq/train/training_loop.h"
@@ -43,6 +45,7 @@ class TrainSession {
   void restore_split();
   void build_loop();
   void add_balancer();
+  void add_observers();
 
   const TrainOptions& o_;
   World& world_;
@@ -61,6 +64,8 @@ class TrainSession {
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<ProgressLogger> progress_;
+  std::unique_ptr<Tracer> tracer_;             // --trace-dir
+  std::shared_ptr<AutoBalancer> balancer_;     // every distributed run
   std::unique_ptr<TrainingLoop> loop_;
   IteratorPosition start_{1, 0};
 };

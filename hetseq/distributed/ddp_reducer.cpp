@@ -1,6 +1,7 @@
 #include "hetseq/distributed/ddp_reducer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/observe/tracer.h"
 
 namespace hetseq {
 
@@ -86,8 +88,10 @@ struct CommClock {
   void reset() {
     std::lock_guard<std::mutex> lock(mutex);
     launched = 0;
+    bytes = 0;
+    intervals.clear();
   }
-  void on_launch() {
+  void on_launch(int64_t bucket_bytes) {
     std::lock_guard<std::mutex> lock(mutex);
     const auto now = Clock::now();
     if (launched++ == 0) {
@@ -95,10 +99,13 @@ struct CommClock {
       last_done = now;
     }
     last_launch = now;
+    bytes += bucket_bytes;
   }
-  void on_done() {
+  void on_done(Clock::time_point started) {
     std::lock_guard<std::mutex> lock(mutex);
-    last_done = std::max(last_done, Clock::now());
+    const auto now = Clock::now();
+    last_done = std::max(last_done, now);
+    intervals.emplace_back(started, now);
   }
   int64_t launches() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -108,8 +115,17 @@ struct CommClock {
     std::lock_guard<std::mutex> lock(mutex);
     ReductionTiming t;
     t.buckets = launched;
+    t.bytes = bytes;
     if (launched > 0) {
       t.comm_s = std::chrono::duration<double>(last_done - first_launch).count();
+      // The time at least one bucket was in flight: the union of the buckets' intervals.
+      std::sort(intervals.begin(), intervals.end());
+      Clock::time_point covered = intervals.empty() ? first_launch : intervals.front().first;
+      for (const auto& [b, e] : intervals) {
+        if (e <= covered) continue;
+        t.busy_s += std::chrono::duration<double>(e - std::max(b, covered)).count();
+        covered = e;
+      }
       t.exposed_s = std::max(0.0, std::chrono::duration<double>(last_done - last_launch).count());
     }
     return t;
@@ -117,7 +133,10 @@ struct CommClock {
 
   std::mutex mutex;
   int64_t launched = 0;
+  int64_t bytes = 0;
   Clock::time_point first_launch, last_launch, last_done;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;  // [completed bucket] start, end
+  std::atomic<Tracer*> tracer{nullptr};  // bucket allreduce spans (Note [Tracing])
 };
 
 }  // namespace detail
@@ -153,14 +172,19 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
         clock_(std::move(clock)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
-    clock_->on_launch();
     std::vector<at::Tensor> tensors{bucket.getBufferRef()};
     const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
+    clock_->on_launch(bytes);
+    const auto start = detail::CommClock::Clock::now();
     auto future = state_->allreduce(tensors)->getFuture();
     return future->then(
-        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index = bucket.getIndex(),
-         bytes](c10::ivalue::Future& done) -> c10::IValue {
-          clock->on_done();
+        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index = bucket.getIndex(), bytes,
+         start](c10::ivalue::Future& done) -> c10::IValue {
+          clock->on_done(start);
+          if (Tracer* tracer = clock->tracer.load()) {
+            tracer->add_span("allreduce", kBucketTrack + static_cast<int>(index), start,
+                             detail::CommClock::Clock::now(), static_cast<int64_t>(index), bytes);
+          }
           if (done.hasError()) {
             throw InputError(fmt::format(
                 "rank {} of {}: the allreduce of gradient bucket {} ({} bytes) failed: {} (a peer died, fell "
@@ -309,7 +333,17 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
         rank_, world_size_, timing_.buckets, num_buckets_, fmt::join(missing, ", ")));
   }
   if (options_.find_unused_parameters) forget_unused_gradients();
+  if (tracer_ && timing_.buckets > 0) {
+    std::lock_guard<std::mutex> lock(clock_->mutex);
+    tracer_->add_span("comm_wait", kTrainTrack, clock_->last_launch, clock_->last_done);
+  }
+  const TraceSpan span(tracer_, "stat_sync");
   return stats_.sum(local);
+}
+
+void DistributedReducer::set_tracer(Tracer* tracer) {
+  tracer_ = tracer;
+  clock_->tracer.store(tracer);
 }
 
 void DistributedReducer::forget_unused_gradients() {
@@ -326,6 +360,7 @@ void DistributedReducer::forget_unused_gradients() {
 
 void DistributedReducer::before_forward() {
   if (!options_.broadcast_buffers || buffers_.empty()) return;  // the same model, so the same choice on every rank
+  const TraceSpan span(tracer_, "broadcast_buffers");
   try {
     torch::NoGradGuard no_grad;
     c10d::broadcast_coalesced(group_, buffers_, kBroadcastBucketBytes, 0);

@@ -33,13 +33,6 @@ struct DdpOptions {
   std::vector<std::vector<int64_t>> initial_buckets;
 };
 
-/// How the gradient reduction of the last update went, for logging.
-struct ReductionTiming {
-  int64_t buckets = 0;   // bucket allreduces started
-  double comm_s = 0;     // from the first bucket's start to the last bucket's completion
-  double exposed_s = 0;  // of which after the last bucket was ready: time backward spent waiting on the network
-};
-
 /// Data-parallel gradient reduction over a c10d process group, driven by LibTorch's own c10d::Reducer
 /// (the engine behind PyTorch's DistributedDataParallel): gradients are summed over the ranks in
 /// buckets whose allreduces start during backward. See Note [Bucketed reduction] and
@@ -74,8 +67,8 @@ class DistributedReducer final : public GradientReducer {
   /// fast_stat_sync.
   const std::vector<LogSums>& last_per_rank() const { return stats_.last_per_rank(); }
   /// Timing of the last update's gradient reduction.
-  const ReductionTiming& last_timing() const { return timing_; }
-  double last_wait_s() const override { return timing_.exposed_s; }
+  ReductionTiming last_timing() const override { return timing_; }
+  void set_tracer(Tracer* tracer) override;
   /// Size in bytes of each bucket, `[bucket]` in reduction order (the layout can change once, after
   /// the first update; see Note [Bucketed reduction]).
   std::vector<int64_t> bucket_sizes() const;
@@ -102,6 +95,7 @@ class DistributedReducer final : public GradientReducer {
   int64_t num_buckets_ = 0;
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace hetseq

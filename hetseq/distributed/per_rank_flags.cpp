@@ -11,9 +11,9 @@ const std::set<std::string>& per_rank_flags() {
       "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
       "distributed-world-size", "distributed-timeout",
       // paths that differ by mount point (the data's sizes and the restored state are compared instead)
-      "data", "save-dir", "restore-file", "dump-sample-ids",
-      // how it reports
-      "log-format", "log-interval", "no-progress-bar", "log-all-ranks", "help"};
+      "data", "save-dir", "restore-file", "dump-sample-ids", "trace-dir", "tensorboard-logdir", "json-log",
+      // how it reports (whether a run traces is compared as resolved: the ranks align clocks together)
+      "log-format", "log-interval", "no-progress-bar", "log-all-ranks", "trace-ops", "help"};
   return flags;
 }
 

@@ -1,6 +1,7 @@
 #include "hetseq/train/controller.h"
 
 #include <cmath>
+#include <optional>
 
 #include <torch/nn/utils/clip_grad.h>
 
@@ -88,7 +89,10 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   const double sample_size = sum_or(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
-  normalise_and_clip(sample_size, result);
+  {
+    const TraceSpan span(tracer_, "clip_grad");
+    normalise_and_clip(sample_size, result);
+  }
   if (result.skipped) {
     // The same on every rank: the reduced gradients are. See Note [Loss scaling].
     optimizer_->zero_grad();
@@ -99,7 +103,10 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
     return result;
   }
   if (scaler_) scaler_->update(false);
-  optimizer_->step();
+  {
+    const TraceSpan span(tracer_, "optimizer");
+    optimizer_->step();
+  }
   ++num_updates_;
   lr_scheduler_->step_update(num_updates_);
   update_meters(result);
@@ -111,17 +118,22 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
   LogSums local;  // [stat name] summed over the non-empty micro-batches; see Note [Empty micro-batches]
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
-    const Task::Backward backward = [this, k, count, loss_scale](const torch::Tensor& loss) {
+    // The forward span runs from here to the task's call of `backward` (Note [Tracing]).
+    std::optional<TraceSpan> forward(std::in_place, tracer_, "forward", k);
+    const Task::Backward backward = [this, k, count, loss_scale, &forward](const torch::Tensor& loss) {
+      forward.reset();
+      const TraceSpan span(tracer_, "backward", k);
       run_backward(loss, k, count, loss_scale);
     };
     if (micro_batches[k].empty()) {
-      run_backward(zero_loss(), k, count, loss_scale);
+      backward(zero_loss());
       continue;
     }
     // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
     // the loss scale, in float32. See Note [Loss scaling].
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
+    forward.reset();
     out.log.erase("sample_size");
     add_into(local, out.log);
     local["sample_size"] += out.sample_size;

@@ -10,6 +10,7 @@
 #include "hetseq/optim/lr_scheduler.h"
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/task/task.h"
+#include "hetseq/observe/tracer.h"
 #include "hetseq/train/gradient_reducer.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
@@ -92,6 +93,9 @@ class Controller {
   /// The loss scaler (null without loss scaling).
   DynamicLossScaler* loss_scaler() { return scaler_.get(); }
   Precision precision() const { return options_.precision; }
+  /// Spans of each update's forward, backward, clipping and optimizer step go to `tracer` (null: none).
+  /// See Note [Tracing].
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  private:
   void load_optimizer_state(const TrainingState& state, const std::string& source);
@@ -115,6 +119,7 @@ class Controller {
   std::shared_ptr<GradientReducer> reducer_;
   ControllerOptions options_;
   std::unique_ptr<DynamicLossScaler> scaler_;
+  Tracer* tracer_ = nullptr;
   int64_t num_updates_ = 0;
   TrainMeters meters_;
   LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics

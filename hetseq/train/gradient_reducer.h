@@ -4,6 +4,17 @@
 
 namespace hetseq {
 
+class Tracer;
+
+/// How the gradient reduction of the last update went.
+struct ReductionTiming {
+  int64_t buckets = 0;   // bucket allreduces started
+  int64_t bytes = 0;     // gradient bytes each rank sent into them
+  double comm_s = 0;     // from the first bucket's start to the last bucket's completion
+  double busy_s = 0;     // of which at least one bucket's allreduce was in flight
+  double exposed_s = 0;  // of which after the last bucket was ready: time backward spent waiting on the network
+};
+
 /// The step of an update that combines the gradients and statistics of all ranks. The Controller
 /// calls it around the backward passes of an update; a distributed implementation starts
 /// communication during backward and hands back the sums over all ranks. See Note [Weighted averaging].
@@ -27,7 +38,12 @@ class GradientReducer {
   virtual LogSums reduce_sums(const LogSums& local) = 0;
   /// Seconds the last update's backward spent waiting on communication after its last gradient was
   /// ready (0 for one process): the straggler signal, apart from compute.
-  virtual double last_wait_s() const { return 0; }
+  virtual double last_wait_s() const { return last_timing().exposed_s; }
+  /// The last update's reduction: buckets, bytes and times (zeros for one process).
+  virtual ReductionTiming last_timing() const { return {}; }
+  /// Spans of the buffer broadcast, each bucket's allreduce, the wait at the end of backward and the
+  /// statistics sync go to `tracer` (null: none). See Note [Tracing].
+  virtual void set_tracer(Tracer* tracer) {}
   /// The parameters of each gradient bucket in reduction order, [bucket][index among the parameters
   /// that take a gradient]; empty where there are no buckets. Checkpoints keep it, because with three
   /// or more ranks the layout changes the sums' rounding (Note [Bucketed reduction]).

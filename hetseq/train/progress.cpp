@@ -10,6 +10,7 @@ namespace {
 
 std::string format_value(const Stat& s) {
   if (!s.list.empty()) return fmt::format("{}", fmt::join(s.list, "/"));
+  if (!s.reals.empty()) return fmt::format("{:.3g}", fmt::join(s.reals, "/"));
   if (s.integer) return fmt::format("{:.0f}", s.value);
   if (s.name == "lr") return fmt::format("{:.4g}", s.value);
   return fmt::format("{:.3f}", s.value);
@@ -21,6 +22,7 @@ nlohmann::ordered_json json_line(int64_t epoch, const std::string& tag, const st
   j["tag"] = tag;
   for (const auto& s : stats) {
     if (!s.list.empty()) j[s.name] = s.list;
+    else if (!s.reals.empty()) j[s.name] = s.reals;
     else j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
   }
   return j;
@@ -33,11 +35,23 @@ std::string simple_line(int64_t epoch, const std::string& tag, int64_t i, int64_
   else if (!subset.empty()) head += fmt::format(" | {} on '{}' subset", tag, subset);
   else head += fmt::format(" | {}", tag);
   std::string body;
-  for (const auto& s : stats) body += fmt::format(" | {} {}", s.name, format_value(s));
+  for (const auto& s : stats) {
+    if (!s.json_only) body += fmt::format(" | {} {}", s.name, format_value(s));
+  }
   return head + body;
 }
 
 }  // namespace
+
+std::string json_record(const LogRecord& record) {
+  auto j = json_line(record.epoch, record.tag, *record.stats);
+  if (!record.subset.empty()) j["subset"] = record.subset;
+  if (record.updates_in_epoch > 0) {
+    j["update_in_epoch"] = record.update_in_epoch;
+    j["updates_in_epoch"] = record.updates_in_epoch;
+  }
+  return j.dump();
+}
 
 LogFormat parse_log_format(const std::string& text) {
   if (text == "none") return LogFormat::kNone;
@@ -51,6 +65,10 @@ ProgressLogger::ProgressLogger(LogFormat format, bool progress_bar, int64_t log_
 
 void ProgressLogger::emit(int64_t epoch, const std::string& tag, int64_t i, int64_t total,
                           const std::vector<Stat>& stats, bool log_line) {
+  if (log_line) {
+    const LogRecord record{epoch, tag, "", &stats, i, total};
+    for (const auto& sink : sinks_) sink->write(record);
+  }
   if (bar_) {
     const int width = 30;
     const int filled = total > 0 ? static_cast<int>(width * i / total) : 0;
@@ -68,10 +86,7 @@ void ProgressLogger::emit(int64_t epoch, const std::string& tag, int64_t i, int6
   }
   if (!log_line || format_ == LogFormat::kNone) return;
   if (format_ == LogFormat::kJson) {
-    auto j = json_line(epoch, tag, stats);
-    j["update_in_epoch"] = i;
-    j["updates_in_epoch"] = total;
-    fmt::print(out_, "{}\n", j.dump());
+    fmt::print(out_, "{}\n", json_record(LogRecord{epoch, tag, "", &stats, i, total}));
   } else {
     fmt::print(out_, "{}\n", simple_line(epoch, tag, i, total, stats));
   }
@@ -81,14 +96,23 @@ void ProgressLogger::emit(int64_t epoch, const std::string& tag, int64_t i, int6
 void ProgressLogger::log(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats,
                          const std::string& subset) {
   finish_bar();
+  const LogRecord record{epoch, tag, subset, &stats};
+  for (const auto& sink : sinks_) sink->write(record);
   if (format_ == LogFormat::kNone) return;
   if (format_ == LogFormat::kJson) {
-    auto j = json_line(epoch, tag, stats);
-    if (!subset.empty()) j["subset"] = subset;
-    fmt::print(out_, "{}\n", j.dump());
+    fmt::print(out_, "{}\n", json_record(record));
   } else {
     fmt::print(out_, "{}\n", simple_line(epoch, tag, 0, 0, stats, subset));
   }
+  std::fflush(out_);
+}
+
+void ProgressLogger::record(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats) {
+  const LogRecord record{epoch, tag, "", &stats};
+  for (const auto& sink : sinks_) sink->write(record);
+  if (format_ != LogFormat::kJson) return;
+  finish_bar();
+  fmt::print(out_, "{}\n", json_record(record));
   std::fflush(out_);
 }
 

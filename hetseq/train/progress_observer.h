@@ -19,6 +19,8 @@ class ProgressObserver final : public TrainingObserver {
   void on_train_end(int64_t last_epoch, int64_t num_updates) override;
 
  private:
+  /// Seconds since the run started, for the JSON outputs (plots against wall time).
+  Stat wall_s() const;
   ProgressLogger& logger_;
   Controller& controller_;
 };

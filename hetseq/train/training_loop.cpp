@@ -60,6 +60,7 @@ int64_t TrainingLoop::run(IteratorPosition start) {
     lr = end_epoch(epoch);
     ++epoch;
   }
+  if (parts_.tracer) parts_.tracer->finish();
   for (const auto& o : observers_) o->on_train_end(last_trained, parts_.controller->num_updates());
   return last_trained;
 }
@@ -71,14 +72,24 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
     stream_->set_plan(parts_.schedule->train_plan(epoch));
     plan_version_ = parts_.schedule->version();
   }
+  if (parts_.tracer) parts_.tracer->begin_update(controller.num_updates() + 1);
+  const TraceSpan update_span(parts_.tracer, "update", controller.num_updates() + 1);
   const auto t0 = Clock::now();
-  std::vector<Batch> batches = stream_->next();
+  std::vector<Batch> batches;
+  {
+    const TraceSpan span(parts_.tracer, "data");
+    batches = stream_->next();
+  }
   UpdateRecord record;
   record.times.data_s = seconds_since(t0);
   const auto t1 = Clock::now();
   const UpdateResult result = controller.train_update(batches);
   const double step_s = seconds_since(t1);
-  record.times.comm_wait_s = parts_.reducer->last_wait_s();
+  const ReductionTiming comm = parts_.reducer->last_timing();
+  record.times.comm_wait_s = comm.exposed_s;
+  record.times.comm_s = comm.comm_s;
+  record.times.comm_busy_s = comm.busy_s;
+  record.times.comm_bytes = comm.bytes;
   record.times.compute_s = std::max(0.0, step_s - record.times.comm_wait_s);
   record.times.total_s = seconds_since(t0);
   record.epoch = epoch;
@@ -126,6 +137,7 @@ TrainingLoop::Validation TrainingLoop::validate(int64_t epoch) {
   Validation v;
   if (options_.disable_validation) return v;
   Controller& controller = *parts_.controller;
+  const TraceSpan span(parts_.tracer, "validate");
   for (const auto& split : options_.valid_subsets) {
     const LogSums sums = parts_.validator->run(parts_.valid_data.at(split), controller.model());
     const std::vector<Stat> stats = parts_.validator->stats(sums, controller.num_updates());
@@ -148,6 +160,7 @@ double TrainingLoop::end_epoch(int64_t epoch) {
 }
 
 void TrainingLoop::save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric) {
+  const TraceSpan span(parts_.tracer, "checkpoint");
   const SavePoint point{epoch, parts_.controller->num_updates(), end_of_epoch, metric};
   parts_.checkpointer->save(*parts_.controller, point, next, parts_.schedule->train_plan(epoch));
 }

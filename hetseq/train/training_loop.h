@@ -10,6 +10,7 @@
 #include "hetseq/checkpoint/checkpointer.h"
 #include "hetseq/data/batch_loader.h"
 #include "hetseq/data/plan_schedule.h"
+#include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
 #include "hetseq/train/training_observer.h"
 #include "hetseq/train/validator.h"
@@ -40,6 +41,7 @@ struct TrainingLoopParts {
   std::map<std::string, std::shared_ptr<Dataset>> valid_data;  // [split]; empty without validation
   Validator* validator = nullptr;          // null without validation
   Checkpointer* checkpointer = nullptr;    // null: never save
+  Tracer* tracer = nullptr;                // null: no timeline (--trace-dir); see Note [Tracing]
 };
 
 /// The epoch loop, with fairseq's split into train_epoch, validate and end_epoch: trains until
