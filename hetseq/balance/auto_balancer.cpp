@@ -183,14 +183,18 @@ void AutoBalancer::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
   if (!options_.enabled) suggest(epoch, all);
 }
 
-// With --auto-balance off: what balancing would gain, from the same measurements.
+// With --auto-balance off: what balancing would gain. The split stayed the same all epoch, so the
+// epoch's compute per sample of each rank is the cost model, with the fixed part folded in: it
+// averages over the whole epoch where the last window's fit (what a re-plan uses) can catch a few
+// noisy updates and suggest moving samples between identical ranks.
 void AutoBalancer::suggest(int64_t epoch, const std::vector<std::vector<double>>& all) {
   if (rank_ != 0 || shares_.empty()) return;
   for (const auto& f : all) {
-    if (f[kPoints] <= 0) return;
+    if (f[kPoints] <= 0 || f[kEpochSamples] <= 0) return;
   }
   const int64_t total = std::accumulate(shares_.begin(), shares_.end(), int64_t{0});
-  const SplitProblem p = problem(all, total);
+  SplitProblem p = problem(all, total);
+  for (size_t q = 0; q < all.size(); ++q) p.costs[q] = RankCost{0, all[q][kEpochCompute] / all[q][kEpochSamples]};
   const Split split = solve_split(p);
   if (!worth_switching(p, shares_, split, std::max(deadband(all), 0.05))) return;
   std::vector<double> compute;

@@ -26,12 +26,12 @@ void fsync_directory(const fs::path& dir) {
 
 }  // namespace
 
-void write_file_atomically(const fs::path& path, const std::vector<char>& bytes) {
+void write_file_atomically(const fs::path& path, const std::vector<char>& bytes, const std::string& flag) {
   const fs::path tmp = path.parent_path() / fmt::format(".{}{}{}", path.filename().string(), kTempMarker, ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw InputError(fmt::format("{}: cannot create {} to write the checkpoint: {}; check that --save-dir is writable",
-                                 path.string(), tmp.string(), std::strerror(errno)));
+    throw InputError(fmt::format("{}: cannot create {} to write it: {}; check that {} is writable", path.string(),
+                                 tmp.string(), std::strerror(errno), flag));
   }
   auto fail = [&](const std::string& what) {
     const std::string reason = std::strerror(errno);

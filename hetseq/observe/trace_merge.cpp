@@ -100,7 +100,7 @@ size_t merge_traces(const std::vector<std::string>& files, const std::string& ou
   doc["displayTimeUnit"] = "ms";
   doc["otherData"] = {{"producer", "hetseq-trace merge"}, {"ranks", ranks}};
   const std::string text = doc.dump();
-  write_file_atomically(out, std::vector<char>(text.begin(), text.end()));
+  write_file_atomically(out, std::vector<char>(text.begin(), text.end()), "the output directory (-o)");
   return n;
 }
 

@@ -239,7 +239,7 @@ void Tracer::finish() {
                       {"clock_offsets_us", clock_.offsets_us},
                       {"clock_spread_us", clock_.spread_us}};
   const std::string text = doc.dump();
-  write_file_atomically(path_, std::vector<char>(text.begin(), text.end()));
+  write_file_atomically(path_, std::vector<char>(text.begin(), text.end()), "--trace-dir");
   log::info("[trace] rank {}: {} spans of updates {}:{} in {}{}", options_.rank, spans.size(), options_.first_update,
             options_.last_update, path_, options_.ops ? fmt::format(", op-level trace in {}", ops_path()) : "");
 }
