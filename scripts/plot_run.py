@@ -10,7 +10,8 @@ defaults to plots/ next to the first log. Prints the path of each PNG written:
     loss.png        train and valid loss (per subset) against updates and against wall time (s)
     lr.png          learning rate against updates
     throughput.png  samples/s (bsz * ups) against updates, and words/s (wps) when it differs
-    ranks.png       per-rank compute and communication wait in ms per update (only with "ranks" records)
+    ranks.png       per-rank compute and communication wait in ms per update (only with "ranks" or
+                    "ranks_epoch" records)
     split.png       per-rank samples per update (only with a "split" over 2+ ranks)
 
 Lines that are not JSON objects (text log lines captured with stdout) are skipped; missing keys drop
@@ -35,7 +36,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 FIGSIZE, DPI = (14, 9), 100  # 1400 x 900 px
-TAGS = ("train", "train_epoch", "valid", "ranks")
+TAGS = ("train", "train_epoch", "valid", "ranks", "ranks_epoch")
 VALID_MARKERS = "osD^v"
 
 
@@ -203,7 +204,9 @@ def plot_throughput(runs, out_dir):
 def plot_ranks(runs, out_dir):
     def ranks_of(r):
         return max(len(v) if isinstance(v, list) else 0 for v in (r.get("compute_ms"), r.get("wait_ms")))
-    runs = [(run, [r for r in run.records["ranks"] if ranks_of(r)]) for run in runs]
+    # The per-interval summaries ("ranks") draw the lines; a run without them falls back to its
+    # per-epoch ones ("ranks_epoch"), whose last one also holds the balancer's suggestion.
+    runs = [(run, [r for r in (run.records["ranks"] or run.records["ranks_epoch"]) if ranks_of(r)]) for run in runs]
     runs = [(run, recs) for run, recs in runs if recs]
     if not runs:
         return
@@ -228,7 +231,7 @@ def plot_ranks(runs, out_dir):
             ax.legend(handles=ax.get_legend_handles_labels()[0] + [
                 Line2D([], [], color="k", label="compute"), Line2D([], [], color="k", linestyle="--", label="wait")])
         title = f"{run.label}: per-rank compute and communication wait"
-        last = recs[-1]
+        last = (run.records["ranks_epoch"] or recs)[-1]
         if isinstance(last.get("suggested_split"), list):
             title += f"; suggested split {last['suggested_split']}"
             if not math.isnan(num(last.get("predicted_gain"))):

@@ -32,6 +32,9 @@ rm -rf "$save_dir"/checkpoint*.pt "$save_dir/train_log.jsonl" "$save_dir/trace" 
 python="$(bash "$root/scripts/setup.sh" --print-python | tail -n 1)"
 "$python" "$root/scripts/plot_run.py" "$save_dir/train_log.jsonl" -o "$save_dir/plots" >/dev/null
 "$build/bin/hetseq-trace" merge "$save_dir/trace" >/dev/null
-"$python" "$root/scripts/plot_trace.py" "$save_dir/trace/trace.json" >/dev/null
 echo "plots: $save_dir/plots/ (loss, lr, throughput, ranks, split .png)"
-echo "trace: $save_dir/trace/trace.json (open in https://ui.perfetto.dev or chrome://tracing; three updates drawn in trace.png)"
+if "$python" "$root/scripts/plot_trace.py" "$save_dir/trace/trace.json" >/dev/null 2>&1; then
+  echo "trace: $save_dir/trace/trace.json (open in https://ui.perfetto.dev or chrome://tracing; three updates drawn in trace.png)"
+else
+  echo "trace: $save_dir/trace/ holds no update (the run ended before update 101, where its window starts)"
+fi

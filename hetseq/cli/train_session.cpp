@@ -66,6 +66,7 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
                                  o_.balance.caps.size()));
   }
   build_model(args);
+  open_outputs();
   load_data();
   std::map<std::string, std::string> compared = compared_flags(parser, args);
   compared["backend (from --cpu and --distributed-backend)"] = world_.backend();
@@ -113,6 +114,31 @@ void TrainSession::build_model(const cxxopts::ParseResult& args) {
     throw InputError(fmt::format("--restore-file {}: no such file ({}); pass an existing checkpoint, or leave the flag "
                                  "out to start afresh when checkpoint_last.pt is missing",
                                  ck.restore_file, restore_path_));
+  }
+}
+
+// The run's outputs (--trace-dir on every rank, --json-log and --tensorboard-logdir on rank 0) are
+// opened before the start handshake, as --save-dir is checked: a rank that cannot write them stops
+// with its own error while the others are still waiting in the handshake for it, instead of after it,
+// where they would wait out --distributed-timeout in a collective.
+void TrainSession::open_outputs() {
+  const ObserveFlags& f = o_.observe;
+  if (f.trace_dir) {
+    TraceOptions t;
+    t.dir = *f.trace_dir;
+    parse_trace_window(f.trace_updates, t);
+    t.ops = f.trace_ops;
+    t.rank = world_.rank();
+    t.device = world_.device();
+    tracer_ = std::make_shared<Tracer>(t);
+  }
+  if (world_.rank() != 0) return;
+  if (f.json_log) sinks_.push_back(std::make_shared<JsonLogSink>(*f.json_log));
+  if (f.tensorboard_logdir) {
+    auto tb = std::make_shared<TensorBoardSink>(*f.tensorboard_logdir);
+    log::info("[tensorboard] writing scalars to {} (view with: tensorboard --logdir {})", tb->path(),
+              *f.tensorboard_logdir);
+    sinks_.push_back(tb);
   }
 }
 
@@ -304,19 +330,12 @@ void TrainSession::build_loop() {
   lopts.order.curriculum = o_.dataset.curriculum;
   lopts.num_workers = o_.dataset.num_workers;
   lopts.continue_epoch_meters = !ck.reset_meters;
-  if (o_.observe.trace_dir) {
-    TraceOptions t;
-    t.dir = *o_.observe.trace_dir;
-    parse_trace_window(o_.observe.trace_updates, t);
-    t.ops = o_.observe.trace_ops;
-    t.rank = world_.rank();
-    t.device = world_.device();
-    t.label = fmt::format("rank {} ({}, {}, {} samples per update)", world_.rank(), host_name(), world_.device().str(),
-                          schedule_->train_plan(start_.epoch).share(world_.rank()));
-    tracer_ = std::make_unique<Tracer>(t);
+  if (tracer_) {
+    tracer_->set_label(fmt::format("rank {} ({}, {}, {} samples per update)", world_.rank(), host_name(),
+                                   world_.device().str(), schedule_->train_plan(start_.epoch).share(world_.rank())));
     if (world_.distributed()) tracer_->set_clock(align_clocks(*world_.group(), world_.device()));
     controller_->set_tracer(tracer_.get());
-    reducer_->set_tracer(tracer_.get());
+    reducer_->set_tracer(tracer_);
     parts.tracer = tracer_.get();
   }
   loop_ = std::make_unique<TrainingLoop>(parts, lopts);
@@ -328,13 +347,7 @@ void TrainSession::add_observers() {
   progress_ = std::make_unique<ProgressLogger>(rank0 ? o_.common.log_format : LogFormat::kNone,
                                                rank0 && !o_.common.no_progress_bar && ::isatty(fileno(stdout)),
                                                o_.common.log_interval);
-  if (rank0 && o_.observe.json_log) progress_->add_sink(std::make_shared<JsonLogSink>(*o_.observe.json_log));
-  if (rank0 && o_.observe.tensorboard_logdir) {
-    auto tb = std::make_shared<TensorBoardSink>(*o_.observe.tensorboard_logdir);
-    log::info("[tensorboard] writing scalars to {} (view with: tensorboard --logdir {})", tb->path(),
-              *o_.observe.tensorboard_logdir);
-    progress_->add_sink(tb);
-  }
+  for (const auto& sink : sinks_) progress_->add_sink(sink);
   loop_->add_observer(std::make_shared<ProgressObserver>(*progress_, *controller_));
   if (o_.checkpoint.dump_sample_ids) {
     loop_->add_observer(std::make_shared<SampleIdObserver>(*o_.checkpoint.dump_sample_ids, world_.rank()));
@@ -345,6 +358,11 @@ void TrainSession::add_observers() {
     r.log_interval = o_.common.log_interval;
     r.log_all_ranks = o_.distributed.log_all_ranks;
     r.world_size = world_.world_size();
+    if (world_.device().is_cuda() && world_.rank() == 0) {
+      log::info("[ranks] on CUDA the per-rank wait and bus bandwidth are timed on the host, where a NCCL allreduce "
+                "completes when it is enqueued: the wait reads low and the bandwidth high (the trace's device rows "
+                "time them on the GPU)");
+    }
     loop_->add_observer(std::make_shared<RankSummary>(gather_through(reducer_, world_.rank(), world_.world_size()),
                                                       *progress_, balancer_.get(), r));
   }

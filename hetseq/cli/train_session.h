@@ -37,6 +37,7 @@ class TrainSession {
 
  private:
   void build_model(const cxxopts::ParseResult& args);
+  void open_outputs();
   void load_data();
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
@@ -64,7 +65,8 @@ class TrainSession {
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<ProgressLogger> progress_;
-  std::unique_ptr<Tracer> tracer_;             // --trace-dir
+  std::shared_ptr<Tracer> tracer_;             // --trace-dir
+  std::vector<std::shared_ptr<LogSink>> sinks_;  // rank 0: --json-log, --tensorboard-logdir
   std::shared_ptr<AutoBalancer> balancer_;     // every distributed run
   std::unique_ptr<TrainingLoop> loop_;
   IteratorPosition start_{1, 0};

@@ -136,7 +136,11 @@ struct CommClock {
   int64_t bytes = 0;
   Clock::time_point first_launch, last_launch, last_done;
   std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;  // [completed bucket] start, end
-  std::atomic<Tracer*> tracer{nullptr};  // bucket allreduce spans (Note [Tracing])
+  std::shared_ptr<Tracer> tracer;  // bucket allreduce spans (Note [Tracing]); under `mutex`
+  std::shared_ptr<Tracer> current_tracer() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return tracer;
+  }
 };
 
 }  // namespace detail
@@ -177,7 +181,9 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
     clock_->on_launch(bytes);
     const auto start = detail::CommClock::Clock::now();
     const auto index = static_cast<int>(bucket.getIndex());
-    Tracer* tracer = clock_->tracer.load();
+    // The callback holds the tracer, so that a bucket completing after an error has unwound the
+    // training thread still finds it alive.
+    std::shared_ptr<Tracer> tracer = clock_->current_tracer();
     // On CUDA the future completes at enqueue; the device row times the collective itself (Note [Tracing]).
     Tracer::DeviceSpan* on_device =
         tracer ? tracer->begin_device_span("allreduce", kBucketTrack + kDeviceBucketOffset + index, index) : nullptr;
@@ -186,15 +192,19 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
         [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer,
          on_device](c10::ivalue::Future& done) -> c10::IValue {
           clock->on_done(start);
-          if (tracer) {
-            tracer->end_device_span(on_device);
-            tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
-          }
           if (done.hasError()) {
             throw InputError(fmt::format(
                 "rank {} of {}: the allreduce of gradient bucket {} ({} bytes) failed: {} (a peer died, fell "
                 "behind past the process group's timeout, or ran a different number of backward passes)",
                 rank, size, index, bytes, done.tryRetrieveErrorMessage()));
+          }
+          if (tracer) {
+            try {
+              tracer->end_device_span(on_device);
+              tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
+            } catch (const std::exception& e) {  // a trace is never worth failing the reduction for
+              log::warn("[trace] rank {}: bucket {} not traced: {}", rank, index, e.what());
+            }
           }
           return done.value();
         },
@@ -342,13 +352,14 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
     std::lock_guard<std::mutex> lock(clock_->mutex);
     tracer_->add_span("comm_wait", kTrainTrack, clock_->last_launch, clock_->last_done);
   }
-  const TraceSpan span(tracer_, "stat_sync");
+  const TraceSpan span(tracer_.get(), "stat_sync");
   return stats_.sum(local);
 }
 
-void DistributedReducer::set_tracer(Tracer* tracer) {
+void DistributedReducer::set_tracer(std::shared_ptr<Tracer> tracer) {
+  std::lock_guard<std::mutex> lock(clock_->mutex);
   tracer_ = tracer;
-  clock_->tracer.store(tracer);
+  clock_->tracer = std::move(tracer);
 }
 
 void DistributedReducer::forget_unused_gradients() {
@@ -365,7 +376,7 @@ void DistributedReducer::forget_unused_gradients() {
 
 void DistributedReducer::before_forward() {
   if (!options_.broadcast_buffers || buffers_.empty()) return;  // the same model, so the same choice on every rank
-  const TraceSpan span(tracer_, "broadcast_buffers");
+  const TraceSpan span(tracer_.get(), "broadcast_buffers");
   try {
     torch::NoGradGuard no_grad;
     c10d::broadcast_coalesced(group_, buffers_, kBroadcastBucketBytes, 0);

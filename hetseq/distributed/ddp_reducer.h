@@ -68,7 +68,7 @@ class DistributedReducer final : public GradientReducer {
   const std::vector<LogSums>& last_per_rank() const { return stats_.last_per_rank(); }
   /// Timing of the last update's gradient reduction.
   ReductionTiming last_timing() const override { return timing_; }
-  void set_tracer(Tracer* tracer) override;
+  void set_tracer(std::shared_ptr<Tracer> tracer) override;
   /// Size in bytes of each bucket, `[bucket]` in reduction order (the layout can change once, after
   /// the first update; see Note [Bucketed reduction]).
   std::vector<int64_t> bucket_sizes() const;
@@ -95,7 +95,7 @@ class DistributedReducer final : public GradientReducer {
   int64_t num_buckets_ = 0;
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;
-  Tracer* tracer_ = nullptr;
+  std::shared_ptr<Tracer> tracer_;
 };
 
 }  // namespace hetseq

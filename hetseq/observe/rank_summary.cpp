@@ -94,8 +94,9 @@ void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bo
     stats.push_back({"suggested_split", 0, true, suggestion->shares});
     stats.push_back({"predicted_gain", suggestion->gain});
   }
-  logger_.record(epoch, "ranks", stats);
+  logger_.record(epoch, epoch_end ? "ranks_epoch" : "ranks", stats);
   if (!text) return;
+  logger_.finish_bar();
   log::info("[ranks] {} {}: where each rank's time goes{}", epoch_end ? "epoch" : "update",
             epoch_end ? epoch : num_updates, epoch_end ? "" : fmt::format(" over the last {} updates", options_.log_interval));
   for (size_t r = 0; r < all.size(); ++r) {

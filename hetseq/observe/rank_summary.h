@@ -21,8 +21,9 @@ struct RankSummaryOptions {
 /// update and per sample, time waiting on communication (ms and share of the update) and the bus
 /// bandwidth of their allreduces; rank 0 marks the slowest rank (the most compute per update) and,
 /// with --auto-balance off, adds the split the balancer would choose and its predicted gain. Rank 0
-/// logs one text line per rank at each epoch's end (and at every interval with --log-all-ranks) and
-/// a `ranks` record (one array per figure, indexed by rank) to the JSON outputs every time.
+/// logs one text line per rank at each epoch's end (and at every interval with --log-all-ranks), and
+/// a record to the JSON outputs every time (one array per figure, indexed by rank): `ranks` for an
+/// interval, `ranks_epoch` for an epoch.
 /// Every rank runs it: the gather is a collective.
 class RankSummary final : public TrainingObserver {
  public:

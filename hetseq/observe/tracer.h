@@ -49,8 +49,11 @@ class Tracer {
 
   /// Puts this rank on the common timeline (see align_clocks); without it the rank's own start is 0.
   void set_clock(const ClockAlignment& clock) { clock_ = clock; }
+  /// The rank's row name, once the start handshake has told its share.
+  void set_label(std::string label) { options_.label = std::move(label); }
   /// The training loop, before update `update` (1-based, num_updates + 1): recording is on while
-  /// `update` lies in the window; past it the file is written.
+  /// `update` lies in the window; past it the file is written (a failure to write it is logged, and
+  /// training goes on).
   void begin_update(int64_t update);
   /// True while spans are kept.
   bool recording() const { return recording_.load(std::memory_order_relaxed); }

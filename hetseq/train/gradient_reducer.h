@@ -1,5 +1,7 @@
 #pragma once
 
+#include <memory>
+
 #include "hetseq/task/task.h"
 
 namespace hetseq {
@@ -42,8 +44,9 @@ class GradientReducer {
   /// The last update's reduction: buckets, bytes and times (zeros for one process).
   virtual ReductionTiming last_timing() const { return {}; }
   /// Spans of the buffer broadcast, each bucket's allreduce, the wait at the end of backward and the
-  /// statistics sync go to `tracer` (null: none). See Note [Tracing].
-  virtual void set_tracer(Tracer* tracer) {}
+  /// statistics sync go to `tracer` (null: none). Shared, because the backend's threads may still
+  /// complete a bucket after an error has unwound the caller. See Note [Tracing].
+  virtual void set_tracer(std::shared_ptr<Tracer> tracer) {}
   /// The parameters of each gradient bucket in reduction order, [bucket][index among the parameters
   /// that take a gradient]; empty where there are no buckets. Checkpoints keep it, because with three
   /// or more ranks the layout changes the sums' rounding (Note [Bucketed reduction]).

@@ -4,6 +4,7 @@
 #include "hetseq/core/format.h"
 
 #include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 namespace {
@@ -65,10 +66,7 @@ ProgressLogger::ProgressLogger(LogFormat format, bool progress_bar, int64_t log_
 
 void ProgressLogger::emit(int64_t epoch, const std::string& tag, int64_t i, int64_t total,
                           const std::vector<Stat>& stats, bool log_line) {
-  if (log_line) {
-    const LogRecord record{epoch, tag, "", &stats, i, total};
-    for (const auto& sink : sinks_) sink->write(record);
-  }
+  if (log_line) write_sinks(LogRecord{epoch, tag, "", &stats, i, total});
   if (bar_) {
     const int width = 30;
     const int filled = total > 0 ? static_cast<int>(width * i / total) : 0;
@@ -97,7 +95,7 @@ void ProgressLogger::log(int64_t epoch, const std::string& tag, const std::vecto
                          const std::string& subset) {
   finish_bar();
   const LogRecord record{epoch, tag, subset, &stats};
-  for (const auto& sink : sinks_) sink->write(record);
+  write_sinks(record);
   if (format_ == LogFormat::kNone) return;
   if (format_ == LogFormat::kJson) {
     fmt::print(out_, "{}\n", json_record(record));
@@ -109,11 +107,26 @@ void ProgressLogger::log(int64_t epoch, const std::string& tag, const std::vecto
 
 void ProgressLogger::record(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats) {
   const LogRecord record{epoch, tag, "", &stats};
-  for (const auto& sink : sinks_) sink->write(record);
+  write_sinks(record);
   if (format_ != LogFormat::kJson) return;
   finish_bar();
   fmt::print(out_, "{}\n", json_record(record));
   std::fflush(out_);
+}
+
+// A sink that fails (a full disk under --json-log) is dropped with a warning: a log output is not
+// worth stopping the run for, and the console still has the figures.
+void ProgressLogger::write_sinks(const LogRecord& record) {
+  for (auto it = sinks_.begin(); it != sinks_.end();) {
+    try {
+      (*it)->write(record);
+      ++it;
+    } catch (const std::exception& e) {
+      finish_bar();
+      log::warn("[log] {}; that output stops here, training goes on", e.what());
+      it = sinks_.erase(it);
+    }
+  }
 }
 
 void ProgressLogger::finish_bar() {

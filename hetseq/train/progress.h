@@ -29,7 +29,8 @@ struct Stat {
 };
 
 /// One record of the log, as every output receives it: `tag` is `train` (every --log-interval
-/// updates), `train_epoch`, `valid` (with the validated `subset`) or `ranks` (the per-rank summary).
+/// updates), `train_epoch`, `valid` (with the validated `subset`), `ranks` (the per-rank summary of
+/// the last --log-interval updates) or `ranks_epoch` (the same over the epoch).
 struct LogRecord {
   int64_t epoch = 0;
   std::string tag;
@@ -40,7 +41,8 @@ struct LogRecord {
 };
 
 /// An output of the log besides the console: a JSON-lines file (--json-log), TensorBoard
-/// (--tensorboard-logdir). It receives every record, whatever --log-format says.
+/// (--tensorboard-logdir). It receives every record, whatever --log-format says. A write that
+/// throws drops the sink (with a warning); training goes on.
 class LogSink {
  public:
   virtual ~LogSink() = default;
@@ -53,8 +55,9 @@ std::string json_record(const LogRecord& record);
 
 /// Prints training statistics: `--log-format simple` as aligned text for people, `json` as one JSON
 /// object per line on stdout (the stats' names as keys, plus `epoch` and `tag`: `train`, `valid`,
-/// `train_epoch`), `none` not at all. On a terminal, and unless --no-progress-bar, an in-place
-/// progress bar shows the position in the epoch between log lines.
+/// `train_epoch`, and the per-rank summaries `ranks` and `ranks_epoch`), `none` not at all. On a
+/// terminal, and unless --no-progress-bar, an in-place progress bar shows the position in the epoch
+/// between log lines.
 class ProgressLogger {
  public:
   ProgressLogger(LogFormat format, bool progress_bar, int64_t log_interval, std::FILE* out = stdout);
@@ -80,6 +83,7 @@ class ProgressLogger {
  private:
   void emit(int64_t epoch, const std::string& tag, int64_t i, int64_t total, const std::vector<Stat>& stats,
             bool log_line);
+  void write_sinks(const LogRecord& record);
   LogFormat format_;
   bool bar_;
   int64_t log_interval_;

@@ -118,8 +118,15 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
       CHECK(count["clip_grad"] == 1);
       CHECK(count["optimizer"] == 1);
       CHECK(count["allreduce"] >= 2);  // --bucket-cap-mb 1: several buckets
-      // The first bucket's allreduce starts while backward is still computing earlier layers.
-      CHECK(first_allreduce < backward_end);
+      CHECK(count["comm_wait"] == 1);
+      // The first bucket's allreduce starts while backward is still computing earlier layers: before
+      // the last bucket is launched, which is where comm_wait begins.
+      int64_t last_launch = 0;
+      for (const auto& s : train) {
+        if (s.name == "comm_wait") last_launch = s.begin;
+      }
+      CHECK(first_allreduce < last_launch);
+      CHECK(last_launch <= backward_end);
       // The training thread's spans nest: any two are disjoint or one holds the other.
       for (const auto& a : train) {
         for (const auto& b : train) {
@@ -165,10 +172,11 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
   REQUIRE(r.exit_code == 0);
   // 600 samples, 64 per update: 10 updates per epoch (the last one short), 20 in all.
   const std::vector<json> lines = read_json_lines(dir / "logs/run.jsonl");
-  std::vector<json> train, ranks, valid;
+  std::vector<json> train, ranks, ranks_epoch, valid;
   for (const auto& l : lines) {
     if (l["tag"] == "train") train.push_back(l);
     if (l["tag"] == "ranks") ranks.push_back(l);
+    if (l["tag"] == "ranks_epoch") ranks_epoch.push_back(l);
     if (l["tag"] == "valid") valid.push_back(l);
   }
   REQUIRE(train.size() == 6);  // updates 3, 6, 9 of each epoch
@@ -177,8 +185,12 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
   CHECK(train[0].contains("wall_s"));
 
   // The summary: every interval and every epoch's end, figures that add up.
-  REQUIRE(ranks.size() == 8);  // 3 intervals + the epoch's end, twice
-  for (const auto& k : ranks) {
+  REQUIRE(ranks.size() == 6);        // updates 3, 6 and 9 of each epoch
+  REQUIRE(ranks_epoch.size() == 2);  // each epoch's end
+  CHECK(ranks_epoch[1]["num_updates"] == 20);
+  std::vector<json> summaries = ranks;
+  summaries.insert(summaries.end(), ranks_epoch.begin(), ranks_epoch.end());
+  for (const auto& k : summaries) {
     INFO(k.dump());
     CHECK(k["batch"] == json::array({24, 40}));
     for (int q = 0; q < 2; ++q) {
@@ -221,6 +233,7 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
   CHECK(scalars["train/split/rank1"][0][1] == 40);
   REQUIRE(scalars.contains("ranks/wait_ms/rank0"));
   CHECK(scalars["ranks/wait_ms/rank0"].size() == ranks.size());
+  CHECK(scalars["ranks_epoch/wait_ms/rank1"].size() == ranks_epoch.size());
   CHECK(scalars["ranks/compute_ms/rank1"][0][1].get<double>() ==
         Approx(ranks[0]["compute_ms"][1].get<double>()).epsilon(1e-6));
 
