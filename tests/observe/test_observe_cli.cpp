@@ -285,3 +285,18 @@ TEST_CASE("The observe flags reject bad values with a message naming the flag", 
   CHECK(json_log.exit_code != 0);
   CHECK_THAT(json_log.err, Catch::Contains("--json-log " + dir / "file/run.jsonl" + ": cannot open it for appending"));
 }
+
+TEST_CASE("A JSON log that cannot be written is a warning and training goes on", "[observe][cli]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 100, 10);
+  // /dev/full opens, and every write to it fails with ENOSPC: a full disk.
+  const auto r = run_process({binary_path("hetseq-train"), "--task", "mnist", "--data", dir.path(), "--cpu",
+                              "--max-sentences", "8", "--save-dir", dir / "ck", "--max-update", "4", "--log-interval",
+                              "2", "--disable-validation", "--json-log", "/dev/full"},
+                             120s);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("[log] --json-log /dev/full: writing failed (No space left on device); is the "
+                                    "disk full?; that output stops here, training goes on"));
+  CHECK_THAT(r.err, Catch::Contains("[train] done: 4 updates"));
+}
