@@ -442,9 +442,10 @@ ObserveFlags read_observe(const cxxopts::ParseResult& args) {
     f.trace_dir = str(args, "trace-dir");
     if (f.trace_dir->empty()) throw UsageError("--trace-dir: empty path");
   }
-  f.trace_updates = str(args, "trace-updates");
-  TraceOptions check;
-  parse_trace_window(f.trace_updates, check);  // throws naming the flag
+  TraceOptions window;
+  parse_trace_window(str(args, "trace-updates"), window);  // throws naming the flag
+  f.trace_first = window.first_update;
+  f.trace_last = window.last_update;
   f.trace_ops = flag(args, "trace-ops");
   if (f.trace_ops && !f.trace_dir) throw UsageError("--trace-ops: needs --trace-dir, where the op-level trace goes");
   if (args.count("tensorboard-logdir")) {

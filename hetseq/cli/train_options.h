@@ -80,7 +80,7 @@ struct BalanceFlags {
 /// The flags that make a run visible besides its log lines. See Note [Tracing].
 struct ObserveFlags {
   std::optional<std::string> trace_dir;           // --trace-dir: each rank's timeline
-  std::string trace_updates = "1:100";            // --trace-updates A:B
+  int64_t trace_first = 1, trace_last = 100;      // --trace-updates A:B
   bool trace_ops = false;                         // --trace-ops: LibTorch's op-level profiler too
   std::optional<std::string> tensorboard_logdir;  // --tensorboard-logdir
   std::optional<std::string> json_log;            // --json-log FILE

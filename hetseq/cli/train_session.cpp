@@ -126,7 +126,8 @@ void TrainSession::open_outputs() {
   if (f.trace_dir) {
     TraceOptions t;
     t.dir = *f.trace_dir;
-    parse_trace_window(f.trace_updates, t);
+    t.first_update = f.trace_first;
+    t.last_update = f.trace_last;
     t.ops = f.trace_ops;
     t.rank = world_.rank();
     t.device = world_.device();

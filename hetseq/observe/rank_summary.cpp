@@ -10,15 +10,13 @@ namespace hetseq {
 namespace {
 
 // What each rank sends to the gather, in this order.
-enum Field { kUpdates, kSamples, kCompute, kWait, kTotal, kComm, kBytes, kShare, kFields };
+enum Field { kUpdates, kSamples, kCompute, kWait, kTotal, kBusy, kBytes, kShare };
+
+// The figures of a summary, [figure][rank], in this order.
+const std::vector<const char*> kFigureNames{"batch",   "compute_ms", "compute_ms_per_sample",
+                                            "wait_ms", "wait_share", "busbw_gb_per_s"};
 
 }  // namespace
-
-const std::vector<const char*>& RankSummary::figure_names() {
-  static const std::vector<const char*> names{"batch", "compute_ms", "compute_ms_per_sample", "wait_ms", "wait_share",
-                                              "busbw_gb_per_s"};
-  return names;
-}
 
 RankSummary::RankSummary(GatherFn gather, ProgressLogger& logger, const AutoBalancer* balancer,
                          RankSummaryOptions options)
@@ -33,7 +31,7 @@ void RankSummary::add(Totals& into, const UpdateRecord& r) {
   into.compute_s += r.times.compute_s;
   into.wait_s += r.times.comm_wait_s;
   into.total_s += r.times.total_s;
-  into.comm_s += r.times.comm_busy_s;
+  into.busy_s += r.times.comm_busy_s;
   into.bytes += static_cast<double>(r.times.comm_bytes);
   into.share = share;
 }
@@ -56,23 +54,23 @@ void RankSummary::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
 
 void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bool text, bool epoch_end) {
   const std::vector<std::vector<double>> all =
-      gather_({t.updates, t.samples, t.compute_s, t.wait_s, t.total_s, t.comm_s, t.bytes, t.share});  // [rank][field]
+      gather_({t.updates, t.samples, t.compute_s, t.wait_s, t.total_s, t.busy_s, t.bytes, t.share});  // [rank][field]
   const auto n = static_cast<double>(options_.world_size);
-  last_.assign(figure_names().size(), {});
+  std::vector<std::vector<double>> fig(kFigureNames.size());  // [figure][rank]
   size_t slowest = 0;
   for (size_t r = 0; r < all.size(); ++r) {
     const auto& f = all[r];
     const double updates = std::max(1.0, f[kUpdates]);
-    last_[0].push_back(f[kShare]);
-    last_[1].push_back(1e3 * f[kCompute] / updates);
-    last_[2].push_back(f[kSamples] > 0 ? 1e3 * f[kCompute] / f[kSamples] : 0);
-    last_[3].push_back(1e3 * f[kWait] / updates);
-    last_[4].push_back(f[kTotal] > 0 ? f[kWait] / f[kTotal] : 0);
+    fig[0].push_back(f[kShare]);
+    fig[1].push_back(1e3 * f[kCompute] / updates);
+    fig[2].push_back(f[kSamples] > 0 ? 1e3 * f[kCompute] / f[kSamples] : 0);
+    fig[3].push_back(1e3 * f[kWait] / updates);
+    fig[4].push_back(f[kTotal] > 0 ? f[kWait] / f[kTotal] : 0);
     // Bus bandwidth as nccl-tests defines it, alg x 2(n-1)/n, over the time at least one bucket's
     // allreduce was in flight. On a rank that reaches a bucket before its peers that time includes
     // waiting for them, so the slowest rank's figure is the closest to what the network does.
-    last_[5].push_back(f[kComm] > 0 ? f[kBytes] / f[kComm] * 2 * (n - 1) / n / 1e9 : 0);
-    if (last_[1][r] > last_[1][slowest]) slowest = r;
+    fig[5].push_back(f[kBusy] > 0 ? f[kBytes] / f[kBusy] * 2 * (n - 1) / n / 1e9 : 0);
+    if (fig[1][r] > fig[1][slowest]) slowest = r;
   }
   if (rank_ != 0 || all.empty() || all[0][kUpdates] <= 0) return;
 
@@ -80,13 +78,13 @@ void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bo
   if (epoch_end && balancer_) suggestion = balancer_->suggestion();
   std::vector<Stat> stats;
   stats.push_back({"num_updates", static_cast<double>(num_updates), true});
-  for (size_t k = 0; k < last_.size(); ++k) {
+  for (size_t k = 0; k < fig.size(); ++k) {
     if (k == 0) {
       std::vector<int64_t> batch;
-      for (double b : last_[0]) batch.push_back(static_cast<int64_t>(b));
-      stats.push_back({figure_names()[k], 0, true, batch});
+      for (double b : fig[0]) batch.push_back(static_cast<int64_t>(b));
+      stats.push_back({kFigureNames[k], 0, true, batch});
     } else {
-      stats.push_back({figure_names()[k], 0, false, {}, last_[k]});
+      stats.push_back({kFigureNames[k], 0, false, {}, fig[k]});
     }
   }
   stats.push_back({"slowest", static_cast<double>(slowest), true});
@@ -102,12 +100,12 @@ void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bo
   for (size_t r = 0; r < all.size(); ++r) {
     log::info("[ranks]   rank {}: {} samples per update, compute {:.1f} ms per update ({:.3f} ms per sample), waiting on "
               "communication {:.1f} ms ({:.0f}%), allreduce bus bandwidth {:.2f} GB/s{}",
-              r, static_cast<int64_t>(last_[0][r]), last_[1][r], last_[2][r], last_[3][r], 100 * last_[4][r],
-              last_[5][r], all.size() > 1 && r == slowest ? "  <- slowest" : "");
+              r, static_cast<int64_t>(fig[0][r]), fig[1][r], fig[2][r], fig[3][r], 100 * fig[4][r],
+              fig[5][r], all.size() > 1 && r == slowest ? "  <- slowest" : "");
   }
   if (suggestion) {
     log::info("[ranks]   --auto-balance would split [{}] as [{}]: predicted {:.2f}x faster per update",
-              fmt::join(last_[0], ","), fmt::join(suggestion->shares, ","), suggestion->gain);
+              fmt::join(fig[0], ","), fmt::join(suggestion->shares, ","), suggestion->gain);
   }
 }
 

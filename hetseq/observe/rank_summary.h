@@ -34,13 +34,9 @@ class RankSummary final : public TrainingObserver {
   void on_update(const UpdateRecord& record) override;
   void add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) override;
 
-  /// The figures of the last summary, for tests: [figure][rank], in the order of figure_names().
-  const std::vector<std::vector<double>>& last() const { return last_; }
-  static const std::vector<const char*>& figure_names();
-
  private:
   struct Totals {  // this rank's, over an interval or an epoch
-    double updates = 0, samples = 0, compute_s = 0, wait_s = 0, total_s = 0, comm_s = 0, bytes = 0, share = 0;  // comm_s: in flight
+    double updates = 0, samples = 0, compute_s = 0, wait_s = 0, total_s = 0, busy_s = 0, bytes = 0, share = 0;
   };
   static void add(Totals& into, const UpdateRecord& record);
   void report(int64_t epoch, int64_t num_updates, const Totals& mine, bool text, bool epoch_end);
@@ -52,7 +48,6 @@ class RankSummary final : public TrainingObserver {
   Totals interval_, epoch_;
   int64_t rank_ = 0;
   int64_t num_updates_ = 0;
-  std::vector<std::vector<double>> last_;
 };
 
 }  // namespace hetseq

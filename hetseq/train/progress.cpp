@@ -17,18 +17,6 @@ std::string format_value(const Stat& s) {
   return fmt::format("{:.3f}", s.value);
 }
 
-nlohmann::ordered_json json_line(int64_t epoch, const std::string& tag, const std::vector<Stat>& stats) {
-  nlohmann::ordered_json j;
-  j["epoch"] = epoch;
-  j["tag"] = tag;
-  for (const auto& s : stats) {
-    if (!s.list.empty()) j[s.name] = s.list;
-    else if (!s.reals.empty()) j[s.name] = s.reals;
-    else j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
-  }
-  return j;
-}
-
 std::string simple_line(int64_t epoch, const std::string& tag, int64_t i, int64_t total,
                         const std::vector<Stat>& stats, const std::string& subset = "") {
   std::string head = fmt::format("| epoch {:03d}", epoch);
@@ -45,7 +33,14 @@ std::string simple_line(int64_t epoch, const std::string& tag, int64_t i, int64_
 }  // namespace
 
 std::string json_record(const LogRecord& record) {
-  auto j = json_line(record.epoch, record.tag, *record.stats);
+  nlohmann::ordered_json j;
+  j["epoch"] = record.epoch;
+  j["tag"] = record.tag;
+  for (const auto& s : *record.stats) {
+    if (!s.list.empty()) j[s.name] = s.list;
+    else if (!s.reals.empty()) j[s.name] = s.reals;
+    else j[s.name] = s.integer ? nlohmann::ordered_json(static_cast<int64_t>(s.value)) : nlohmann::ordered_json(s.value);
+  }
   if (!record.subset.empty()) j["subset"] = record.subset;
   if (record.updates_in_epoch > 0) {
     j["update_in_epoch"] = record.update_in_epoch;

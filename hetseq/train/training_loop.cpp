@@ -87,7 +87,6 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   const double step_s = seconds_since(t1);
   const ReductionTiming comm = parts_.reducer->last_timing();
   record.times.comm_wait_s = comm.exposed_s;
-  record.times.comm_s = comm.comm_s;
   record.times.comm_busy_s = comm.busy_s;
   record.times.comm_bytes = comm.bytes;
   record.times.compute_s = std::max(0.0, step_s - record.times.comm_wait_s);

@@ -14,8 +14,7 @@ struct PhaseTimes {
   double data_s = 0;       // waiting for the update's batches (collation not hidden by prefetching)
   double compute_s = 0;    // forward, backward and step, without the wait below
   double comm_wait_s = 0;  // backward waiting on the gradient reduction after its last bucket was ready
-  double comm_s = 0;       // the gradient reduction, first bucket's start to last bucket's end (overlaps compute)
-  double comm_busy_s = 0;  // of which at least one bucket's allreduce was in flight
+  double comm_busy_s = 0;  // time at least one gradient bucket's allreduce was in flight (overlaps compute)
   int64_t comm_bytes = 0;  // gradient bytes this rank put into the reduction
   double total_s = 0;      // the whole update, data included
 };

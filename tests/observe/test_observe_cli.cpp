@@ -34,13 +34,7 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
   return args;
 }
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  INFO(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
+// Every line of a --json-log file, each of which must be JSON.
 std::vector<json> read_json_lines(const std::string& path) {
   std::ifstream in(path);
   REQUIRE(in.good());
@@ -82,7 +76,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
   REQUIRE(r.exit_code == 0);
   for (int64_t rank : {0, 1}) {
     INFO("rank " << rank);
-    const json doc = read_json(dir / ("trace/trace_rank" + std::to_string(rank) + ".json"));
+    const json doc = read_json_file(dir / ("trace/trace_rank" + std::to_string(rank) + ".json"));
     CHECK(doc["otherData"]["clock_offsets_us"].size() == 2);
     const std::vector<Span> spans = spans_of(doc, rank);
     std::vector<Span> updates;
@@ -148,7 +142,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
   INFO(merged.err);
   REQUIRE(merged.exit_code == 0);
   CHECK_THAT(merged.out, Catch::Contains("merged 2 trace file(s)") && Catch::Contains(dir / "trace/trace.json"));
-  const json all = read_json(dir / "trace/trace.json");
+  const json all = read_json_file(dir / "trace/trace.json");
   std::set<int64_t> pids;
   for (const auto& e : all["traceEvents"]) {
     if (e["ph"] == "X") pids.insert(e["pid"].get<int64_t>());

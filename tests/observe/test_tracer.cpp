@@ -10,18 +10,13 @@
 #include "hetseq/core/error.h"
 #include "hetseq/observe/trace_merge.h"
 #include "hetseq/observe/tracer.h"
+#include "support/run_output.h"
 #include "support/temp_dir.h"
 
 using namespace hetseq;
 using namespace hetseq::test;
 
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return nlohmann::json::parse(in);
-}
 
 // The complete ("X") events of a trace, as "name tid index" (index -1 when none), sorted.
 std::vector<std::string> spans(const nlohmann::json& doc) {
@@ -90,7 +85,7 @@ TEST_CASE("A tracer keeps the spans of its window only and writes them when the 
   { const TraceSpan none(nullptr, "no tracer"); }
   tracer.finish();  // a second time: nothing more
 
-  const nlohmann::json doc = read_json(tracer.path());
+  const nlohmann::json doc = read_json_file(tracer.path());
   CHECK(spans(doc) == std::vector<std::string>{"allreduce 103 -1", "forward 1 0", "update 1 2", "update 1 3"});
   CHECK(doc["otherData"]["rank"] == 1);
   CHECK(doc["otherData"]["trace_updates"] == "2:3");
@@ -135,7 +130,7 @@ TEST_CASE("Merging traces gives one file with every rank and refuses other runs 
   const std::vector<std::string> files = find_trace_files({dir / "run"});
   CHECK(files == std::vector<std::string>{r0, r1});
   CHECK(merge_traces(files, dir / "run/trace.json") > 0);
-  const nlohmann::json merged = read_json(dir / "run/trace.json");
+  const nlohmann::json merged = read_json_file(dir / "run/trace.json");
   std::set<int64_t> pids;
   for (const auto& e : merged["traceEvents"]) {
     if (e["ph"] == "X") pids.insert(e["pid"].get<int64_t>());

@@ -19,6 +19,13 @@ std::vector<nlohmann::json> json_lines(const std::string& out, const std::string
   return rows;
 }
 
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  INFO(path);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
 std::optional<std::vector<SampleIdLine>> read_sample_ids(const std::string& dir, int64_t rank) {
   std::ifstream in(dir + "/samples-rank" + std::to_string(rank) + ".txt");
   if (!in.good()) return std::nullopt;

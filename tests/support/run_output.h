@@ -16,6 +16,9 @@ namespace hetseq::test {
 /// The JSON lines of a run's stdout whose `tag` is `tag` (`train`, `valid`, `train_epoch`).
 std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag);
 
+/// The JSON document in the file at `path` (a trace); a Catch failure when it cannot be read.
+nlohmann::json read_json_file(const std::string& path);
+
 /// One line of a --dump-sample-ids file: `EPOCH UPDATE ID ID ...` (see hetseq::SampleIdLog).
 struct SampleIdLine {
   int64_t epoch = 0;

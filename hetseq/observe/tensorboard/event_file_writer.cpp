@@ -78,7 +78,6 @@ struct EventFileWriter::Impl {
     if (!event.SerializeToString(&data)) throw std::logic_error("tensorboard: cannot serialize an Event");
     const std::string record = frame_record(data);
     if (std::fwrite(record.data(), 1, record.size(), file.get()) != record.size()) fail("write");
-    flush();
   }
 
   void flush() {
@@ -105,6 +104,7 @@ EventFileWriter::EventFileWriter(const std::string& logdir) : impl_(std::make_un
   event.set_wall_time(unix_seconds_now());
   event.set_file_version("brain.Event:2");
   impl_->write_event(event);
+  impl_->flush();
 }
 
 EventFileWriter::~EventFileWriter() = default;

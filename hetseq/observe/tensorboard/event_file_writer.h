@@ -11,7 +11,7 @@ namespace hetseq::tensorboard {
 
 /// Writes one event file, `<logdir>/events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>` (n counts the
 /// writers this process opened), as TFRecord records of TensorBoard's Event messages. The first record
-/// names the format ("brain.Event:2"); each add_scalar() appends one record and flushes it to the OS.
+/// names the format ("brain.Event:2"); each add_scalar() appends one record, and flush() hands them to the OS.
 /// Meant for the observer that logs training and validation values at log intervals; not thread-safe.
 class EventFileWriter {
  public:
@@ -22,7 +22,7 @@ class EventFileWriter {
   ~EventFileWriter();
 
   /// Appends the scalar `value` (stored as float32, as TensorBoard does) under `tag` (e.g. "train/loss")
-  /// at `step`, stamped `wall_time_s` seconds since the Unix epoch, and flushes. Throws
+  /// at `step`, stamped `wall_time_s` seconds since the Unix epoch (buffered until flush()). Throws
   /// std::runtime_error naming the file when it cannot be written.
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time_s);
 
