@@ -176,6 +176,11 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("broadcast-buffers", "broadcast the model's buffers from rank 0 before each update's forward passes "
        "(--broadcast-buffers=false to keep each rank's own)", cxxopts::value<bool>()->default_value("true"))
       ("fast-stat-sync", "reduce logged statistics in one small allreduce", switch_flag())
+      ("ddp-comm-hook", "how gradient buckets travel: none (float32, exact), fp16 or bf16 (half the bytes, "
+       "rounded to the format), powersgd (low-rank, --powersgd-rank)", text_flag(d, "ddp-comm-hook", "none"))
+      ("powersgd-rank", "rank of PowerSGD's approximation of each gradient matrix", text_flag(d, "powersgd-rank", "1"))
+      ("powersgd-start-update", "updates reduced uncompressed before PowerSGD starts (warm-up)",
+       text_flag(d, "powersgd-start-update", "100"))
       ("log-all-ranks", "every rank logs, and the per-rank summary (batch size, compute, communication wait, bus "
        "bandwidth, slowest rank) is printed every --log-interval, not only at the end of each epoch", switch_flag());
 }
@@ -413,6 +418,9 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   g.find_unused_parameters = flag(args, "find-unused-parameters");
   g.broadcast_buffers = flag(args, "broadcast-buffers");
   g.fast_stat_sync = flag(args, "fast-stat-sync");
+  g.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));
+  g.powersgd_rank = positive(args, "powersgd-rank");
+  g.powersgd_start_update = non_negative(args, "powersgd-start-update");
   g.log_all_ranks = flag(args, "log-all-ranks");
   return g;
 }

@@ -11,6 +11,7 @@
 #include <cxxopts.hpp>
 
 #include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"
@@ -65,6 +66,9 @@ struct DistributedFlags {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;      // --broadcast-buffers
   bool fast_stat_sync = false;
+  CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook
+  int64_t powersgd_rank = 1;             // --powersgd-rank
+  int64_t powersgd_start_update = 100;   // --powersgd-start-update
   bool log_all_ranks = false;
 };
 

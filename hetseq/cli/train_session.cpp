@@ -185,6 +185,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.bucket_cap_mb = o_.distributed.bucket_cap_mb;
   ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
   ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
+  ddp.comm_hook = o_.distributed.comm_hook;
   ddp.broadcast_buffers = o_.distributed.broadcast_buffers;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
@@ -269,7 +270,7 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
     for (int64_t i = 0; i < b; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
     const Batch batch = train_data_->collate(indices).to(world_.device());
     const AutocastGuard autocast(world_.device(), o_.mixed_precision.precision);
-    task_->train_step(*model_, batch, [](const torch::Tensor& loss) { loss.backward(); });
+    task_->train_step(*model_, batch, [](const StepOutput& step) { step.loss.backward(); });
   };
   auto release = [&] {
     model_->zero_grad(/*set_to_none=*/true);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -165,18 +166,60 @@ std::string layout_problem(const std::vector<std::vector<int64_t>>& layout, size
 
 constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial state broadcast
 
-// Allreduce(SUM) of one bucket, with no division by the world size (see Note [Weighted averaging]).
-// c10d::_AllReduceBySumCommHook does the same, but libtorch does not export its symbols. A failed or
-// timed-out allreduce becomes a hetseq::InputError naming the rank and the bucket; the Reducer waits on
-// the returned future at the end of backward, so the error comes out of backward().
-class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+// Note [Comm hooks]
+// ~~~~~~~~~~~~~~~~~
+// Every bucket goes through one comm hook, which sums it over the ranks with no division by the world
+// size (Note [Weighted averaging]); --ddp-comm-hook chooses how it travels.
+//
+// none (the default): the float32 bucket is allreduced as it is. The sum is exact up to float32
+// addition, so the exact weighting and bit-exact resume hold.
+//
+// fp16, bf16: the bucket is divided by the update's global sample count S, cast to the low precision,
+// allreduced, cast back and multiplied by S. Half the bytes go on the wire. S is known before the
+// first bucket is ready, because the statistics sum starts before backward (Note [Stat sync]); a
+// reduction driven without statistics uses S = 1. Dividing by S makes the values that are cast the
+// terms of the mean gradient, of the same size as what PyTorch's hooks cast (each rank's mean
+// gradient over the world size), so that float16's range (6e-5 to 65504 in normal numbers) holds
+// them whatever the batch sizes; the Controller divides by S again afterwards, so the only change to
+// the update is rounding:
+//   * each rank's term is rounded to the format (relative error 2^-11 for float16, 2^-8 for
+//     bfloat16), and the ring's partial sums are rounded again at every hop, so that the summed
+//     gradient carries a relative error of about (W - 1) units of the format's last place, and the
+//     exact weighting holds only up to that rounding; a resumed run still matches the uninterrupted
+//     one bit for bit, because the rounding is deterministic;
+//   * float16 flushes terms below 6e-8 to zero and saturates above 65504 to infinity.
+// With --fp16 the bucket holds the gradients times the loss scale, and it is unscaled only after the
+// sum, in the Controller: a term that overflows float16 becomes infinite, the sum is infinite on every
+// rank, and the update is skipped and the scale lowered, as for an overflow in backward (Note [Loss
+// scaling]). So dynamic loss scaling also keeps the scaled gradients inside float16's range on the
+// wire. Without loss scaling an overflow on the wire is an error naming the update (the Controller
+// refuses a non-finite gradient), which says to use bf16 or --fp16.
+//
+// powersgd: see Note [PowerSGD].
+
+// The hook of every bucket: a SUM over the ranks as Note [Comm hooks] says. c10d's own hooks do the
+// same, but libtorch does not export their symbols. A failed or timed-out allreduce becomes a
+// hetseq::InputError naming the rank and the bucket; the Reducer waits on the returned future at the
+// end of backward, so the error comes out of backward().
+class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
-  SumCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, std::shared_ptr<detail::CommClock> clock)
+  BucketCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, CommHook kind, std::shared_ptr<detail::CommClock> clock,
+                 std::function<double()> sample_size)
       : c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>>(std::move(group)),
-        clock_(std::move(clock)) {}
+        kind_(kind),
+        clock_(std::move(clock)),
+        sample_size_(std::move(sample_size)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
-    std::vector<at::Tensor> tensors{bucket.getBufferRef()};
+    at::Tensor buffer = bucket.getBufferRef();
+    const bool cast = kind_ == CommHook::kFp16 || kind_ == CommHook::kBf16;
+    double scale = 1;  // S, see Note [Comm hooks]
+    std::vector<at::Tensor> tensors{buffer};
+    if (cast) {
+      scale = sample_size_();
+      if (!(scale > 0)) scale = 1;
+      tensors[0] = (scale == 1 ? buffer : buffer / scale).to(wire_type(kind_));
+    }
     const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
     clock_->on_launch(bytes);
     const auto start = detail::CommClock::Clock::now();
@@ -189,14 +232,15 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
         tracer ? tracer->begin_device_span("allreduce", kBucketTrack + kDeviceBucketOffset + index, index) : nullptr;
     auto future = state_->allreduce(tensors)->getFuture();
     return future->then(
-        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer,
-         on_device](c10::ivalue::Future& done) -> c10::IValue {
+        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer, on_device,
+         cast, scale, buffer, kind = kind_](c10::ivalue::Future& done) -> c10::IValue {
           clock->on_done(start);
           if (done.hasError()) {
             throw InputError(fmt::format(
-                "rank {} of {}: the allreduce of gradient bucket {} ({} bytes) failed: {} (a peer died, fell "
-                "behind past the process group's timeout, or ran a different number of backward passes)",
-                rank, size, index, bytes, done.tryRetrieveErrorMessage()));
+                "rank {} of {}: the allreduce of gradient bucket {} ({} bytes{}) failed: {} (a peer died, fell behind "
+                "past the process group's timeout, or ran a different number of backward passes)",
+                rank, size, index, bytes, cast ? ", --ddp-comm-hook " + to_string(kind) : "",
+                done.tryRetrieveErrorMessage()));
           }
           if (tracer) {
             try {
@@ -206,13 +250,18 @@ class SumCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c
               log::warn("[trace] rank {}: bucket {} not traced: {}", rank, index, e.what());
             }
           }
-          return done.value();
+          if (!cast) return done.value();
+          buffer.copy_(done.value().toTensorVector()[0]);
+          if (scale != 1) buffer.mul_(scale);
+          return c10::IValue(std::vector<at::Tensor>{buffer});
         },
         future->elementType());
   }
 
  private:
+  CommHook kind_;
   std::shared_ptr<detail::CommClock> clock_;
+  std::function<double()> sample_size_;
 };
 
 c10::Device model_device(torch::nn::Module& model) {
@@ -301,16 +350,24 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // The Reducer reports errors and unused-parameter changes through a Logger it expects to exist.
   logger_ = std::make_shared<c10d::Logger>(reducer_);
   reducer_->set_logger(logger_);
-  reducer_->register_comm_hook(std::make_unique<SumCommHook>(group_, clock_));
-  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), {}, {} stat sync",
-             rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes,
+  if (options_.comm_hook == CommHook::kPowerSgd) {
+    throw UsageError("--ddp-comm-hook powersgd: not available in this build");
+  }
+  // The hook runs only inside backward, while this reducer (and stats_) exist.
+  reducer_->register_comm_hook(std::make_unique<BucketCommHook>(group_, options_.comm_hook, clock_, [this] {
+    return stats_.started() ? stats_.sample_size() : 1.0;
+  }));
+  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}, {}, {} "
+             "stat sync",
+             rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
              options_.find_unused_parameters ? "finding unused parameters" : "every parameter used",
              options_.fast_stat_sync ? "fast" : "gathered");
 }
 
 DistributedReducer::~DistributedReducer() = default;
 
-void DistributedReducer::before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {
+void DistributedReducer::before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
+                                         const LogSums* stats) {
   HETSEQ_ASSERT(0 <= index && index < count, "micro-batch {} of {}", index, count);
   if (index != count - 1) return;  // accumulate locally; see Note [Bucketed reduction]
   try {
@@ -324,6 +381,11 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
                                  world_size_, e.what_without_backtrace()));
   }
   clock_->reset();
+  if (stats) {
+    const TraceSpan span(tracer_.get(), "stat_start");
+    stats_.start(*stats);  // see Note [Stat sync]: it travels during backward
+    started_local_ = *stats;
+  }
   reducer_->prepare_for_forward();
   reducer_->prepare_for_backward(options_.find_unused_parameters ? std::vector<torch::Tensor>{loss}
                                                                  : std::vector<torch::Tensor>{});
@@ -353,7 +415,26 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
     tracer_->add_span("comm_wait", kTrainTrack, clock_->last_launch, clock_->last_done);
   }
   const TraceSpan span(tracer_.get(), "stat_sync");
-  return stats_.sum(local);
+  if (!stats_.started()) {
+    LogSums total = stats_.sum(local);
+    timing_.late_stat_rounds = 1 + stats_.last_extra_rounds();
+    return total;
+  }
+  LogSums total = stats_.finish();
+  timing_.late_stat_rounds = stats_.last_extra_rounds();
+  if (started_local_ != local) {
+    auto show = [](const LogSums& sums) {
+      std::vector<std::string> parts;
+      for (const auto& [name, value] : sums) parts.push_back(fmt::format("{}={}", name, value));
+      return fmt::format("{}", fmt::join(parts, ", "));
+    };
+    throw InputError(fmt::format(
+        "rank {} of {}: the task's statistics changed after it called backward for the update's last micro-batch "
+        "(given to backward: [{}]; returned: [{}]); a Task::train_step must have its StepOutput's log and "
+        "sample_size complete when it calls backward",
+        rank_, world_size_, show(started_local_), show(local)));
+  }
+  return total;
 }
 
 void DistributedReducer::set_tracer(std::shared_ptr<Tracer> tracer) {

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/module.h>
 
+#include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/stat_sync.h"
 #include "hetseq/train/gradient_reducer.h"
 
@@ -28,6 +29,7 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
   bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
   bool broadcast_buffers = true;        // --broadcast-buffers: rank 0's buffers before each update's forward
+  CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook: how buckets travel; see Note [Comm hooks]
   /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
   /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
   std::vector<std::vector<int64_t>> initial_buckets;
@@ -53,8 +55,10 @@ class DistributedReducer final : public GradientReducer {
   /// once per update, before the first forward pass.
   void before_forward() override;
   /// For the last micro-batch of an update (`index == count - 1`) arms the gradient hooks, so that
-  /// the following backward reduces the gradients; earlier micro-batches only accumulate locally.
-  void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) override;
+  /// the following backward reduces the gradients, and starts the statistics sum when given `stats`;
+  /// earlier micro-batches only accumulate locally.
+  void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
+                       const LogSums* stats = nullptr) override;
   /// After the last backward: every parameter's gradient is the sum over all ranks (with
   /// find_unused_parameters, a parameter no rank used is left without a gradient, undefined, as
   /// under DDP); returns `local` summed over the ranks.
@@ -92,6 +96,7 @@ class DistributedReducer final : public GradientReducer {
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook
   StatSync stats_;
+  LogSums started_local_;                       // the statistics before_backward started summing
   int64_t num_buckets_ = 0;
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -69,21 +70,27 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 
 // Note [Stat sync]
 // ~~~~~~~~~~~~~~~~
-// The sums of an update (loss, nll_loss, ntokens, sample_size, ...) are added over the ranks in one
-// of two ways.
+// The sums of an update (loss, nll_loss, ntokens, sample_size, ...) are added over the ranks with one
+// collective that the Controller starts before the update's last backward (start()), as soon as the
+// task has computed its last micro-batch's loss and statistics, so that it runs while backward
+// computes and the gradient buckets are reduced; finish() after backward then only collects a result
+// that is already there. The global sample count S travels in a slot of its own, valid whatever the
+// names, so that the comm hooks can read it during backward (sample_size(); see Note [Comm hooks]).
+// No statistics round trip is left after backward in the steady state: last_extra_rounds() counts
+// the ones that remain, and a test holds it at 0. A collective needs the same size on every rank, and
+// a rank cannot know the others' names, so every layout is cut for the number n of names that all
+// ranks reported the last time they agreed (0 before the first call); a rank that reports another
+// count sends zeros in place of its values, and the collective tells every rank so.
 //
 // Fast (--fast-stat-sync): one allreduce(SUM) of a float64 tensor
-//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} ]
+//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} | S ]
 // where the v are the values in the order of their sorted names, and rank r writes the 32-bit hash
 // h_r of its names and their count c_r into its own pair of slots (zeros elsewhere). Integers below
-// 2^53 add exactly in float64, so every rank ends up with every rank's (h, c). A collective needs
-// the same size on every rank, and a rank cannot know the others' n, so the size comes from the last
-// call, when all ranks agreed (n = 0 before the first call): a rank whose count differs sends zeros
-// in place of its values. After the allreduce every rank sees the same pairs, so every rank takes the
-// same branch:
+// 2^53 add exactly in float64, so every rank ends up with every rank's (h, c), and every rank takes
+// the same branch:
 //  * the pairs differ only in that some ranks report no statistic at all (a rank without samples,
 //    e.g. without a validation batch when the split is smaller than the ranks' batches): every rank
-//    takes the gathered path below, which sums the union and gives those ranks the names too;
+//    sums the serialised statistics (below), which gives those ranks the names too;
 //  * otherwise, when the pairs differ across ranks: every rank throws the same error, naming the
 //    ranks, instead of adding up values that belong to different names;
 //  * they agree and their count is n: the values are the sums (the one-allreduce steady state);
@@ -91,10 +98,13 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 //    training and validation): every rank now knows the new n and sends its values again at that
 //    size. So a change of names costs one more small allreduce.
 //
-// Gathered (the default): an allgather of the byte length of every rank's serialised sums, then an
-// allgather of the serialised sums padded to the longest. Each rank decodes every rank's sums, keeps
-// them (for per-rank logging), and adds them in rank order, so that every rank gets bitwise the same
-// totals; a name missing on a rank counts as 0 there.
+// Gathered (the default): one allgather of a float64 row per rank, [ s_r | h_r | c_r | v_0 .. v_{n-1} ].
+// When every rank sent the same (h, c) with c = n, each rank keeps every rank's values (for per-rank
+// logging) and adds them in rank order, so that every rank gets bitwise the same totals. Otherwise
+// (the names changed, or differ between ranks) every rank falls back to the serialised sums: an
+// allgather of the byte length of every rank's serialised sums, then an allgather of the serialised
+// sums padded to the longest; a name missing on a rank counts as 0 there, the totals are added in
+// rank order as above, and when all ranks reported the same names their count becomes the new n.
 
 StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast)
     : group_(std::move(group)), device_(device), fast_(fast) {
@@ -103,7 +113,10 @@ StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device dev
   world_size_ = group_->getSize();
 }
 
-LogSums StatSync::sum(const LogSums& local) { return fast_ ? sum_fast(local) : sum_gathered(local); }
+LogSums StatSync::sum(const LogSums& local) {
+  start(local);
+  return finish();
+}
 
 void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
   try {
@@ -116,11 +129,89 @@ void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
   }
 }
 
-LogSums StatSync::sum_fast(const LogSums& local) {
-  per_rank_.clear();
+void StatSync::start(const LogSums& local) {
+  HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
+  extra_rounds_ = 0;
+  launch(local, agreed_count_);
+}
+
+void StatSync::launch(const LogSums& local, int64_t count) {
   const int64_t n = static_cast<int64_t>(local.size());
-  const uint32_t hash = hash_names(local);
-  const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+  const double hash = static_cast<double>(hash_names(local));
+  const double sample_size = sum_or(local, "sample_size");
+  Pending p;
+  p.local = local;
+  p.count = count;
+  torch::Tensor row;
+  if (fast_) {
+    row = torch::zeros({count + 2 * world_size_ + 1}, torch::TensorOptions().dtype(torch::kFloat64));
+    auto a = row.accessor<double, 1>();
+    if (n == count) {
+      int64_t i = 0;
+      for (const auto& [name, value] : local) a[i++] = value;
+    }
+    a[count + 2 * rank_] = hash;
+    a[count + 2 * rank_ + 1] = static_cast<double>(n);
+    a[count + 2 * world_size_] = sample_size;
+  } else {
+    row = torch::zeros({3 + count}, torch::TensorOptions().dtype(torch::kFloat64));
+    auto a = row.accessor<double, 1>();
+    a[0] = sample_size;
+    a[1] = hash;
+    a[2] = static_cast<double>(n);
+    if (n == count) {
+      int64_t i = 3;
+      for (const auto& [name, value] : local) a[i++] = value;
+    }
+  }
+  p.in.push_back(row.to(device_));
+  if (fast_) {
+    p.work = group_->allreduce(p.in);
+  } else {
+    p.out.resize(1);
+    for (int64_t r = 0; r < world_size_; ++r) p.out[0].push_back(torch::empty_like(p.in[0]));
+    p.work = group_->allgather(p.out, p.in);
+  }
+  pending_ = std::move(p);
+  rows_.clear();
+}
+
+const std::vector<torch::Tensor>& StatSync::rows() {
+  HETSEQ_ASSERT(pending_, "StatSync: no sum was started");
+  if (!pending_->waited) {
+    wait(pending_->work, fast_ ? "allreduce (--fast-stat-sync)" : "allgather");
+    pending_->waited = true;
+    rows_.clear();
+    if (fast_) {
+      rows_.push_back(pending_->in[0].cpu());
+    } else {
+      for (const auto& t : pending_->out[0]) rows_.push_back(t.cpu());
+    }
+  }
+  return rows_;
+}
+
+double StatSync::sample_size() {
+  const std::vector<torch::Tensor>& r = rows();
+  if (fast_) return r[0].accessor<double, 1>()[pending_->count + 2 * world_size_];
+  double total = 0;
+  for (const auto& row : r) total += row.accessor<double, 1>()[0];
+  return total;
+}
+
+LogSums StatSync::finish() {
+  HETSEQ_ASSERT(pending_, "StatSync::finish without start");
+  struct Clear {  // the sum is over, however it ends
+    std::optional<Pending>& pending;
+    ~Clear() { pending.reset(); }
+  } clear{pending_};
+  return fast_ ? finish_fast() : finish_gathered();
+}
+
+LogSums StatSync::finish_fast() {
+  per_rank_.clear();
+  const LogSums local = pending_->local;
+  const int64_t n = static_cast<int64_t>(local.size());
 
   // The [W] pairs (hash, count) of every rank, from a summed buffer in which each rank filled its own.
   auto read_pairs = [&](const torch::Tensor& summed, int64_t offset) {
@@ -153,29 +244,20 @@ LogSums StatSync::sum_fast(const LogSums& local) {
         "--fast-stat-sync every rank must report the same names; run without it to sum the union of the names",
         fmt::join(parts, "; "), rank_, fmt::join(names_of(local), ", ")));
   };
-  auto put_pair = [&](torch::Tensor& buffer, int64_t offset) {
-    auto a = buffer.accessor<double, 1>();
-    a[offset + 2 * rank_] = static_cast<double>(hash);
-    a[offset + 2 * rank_ + 1] = static_cast<double>(n);
-  };
 
   // See Note [Stat sync]: at most two rounds, the second only when every rank's names changed to a
   // different count.
   for (;;) {
-    const int64_t count = agreed_count_;
-    torch::Tensor buffer = torch::zeros({count + 2 * world_size_}, options);
-    if (n == count) {
-      auto a = buffer.accessor<double, 1>();
-      int64_t i = 0;
-      for (const auto& [name, value] : local) a[i++] = value;
+    const int64_t count = pending_->count;
+    const torch::Tensor summed = rows()[0];
+    if (check_pairs(read_pairs(summed, count))) {
+      extra_rounds_ += 2;
+      return sum_serialised(local);
     }
-    put_pair(buffer, count);
-    std::vector<torch::Tensor> tensors{buffer.to(device_)};
-    wait(group_->allreduce(tensors), "allreduce (--fast-stat-sync)");
-    const torch::Tensor summed = tensors[0].cpu();
-    if (check_pairs(read_pairs(summed, count))) return sum_gathered(local);
     if (n != count) {
       agreed_count_ = n;  // every rank has n names now: send the values again at that size
+      ++extra_rounds_;
+      launch(local, n);
       continue;
     }
     LogSums total;
@@ -186,7 +268,39 @@ LogSums StatSync::sum_fast(const LogSums& local) {
   }
 }
 
-LogSums StatSync::sum_gathered(const LogSums& local) {
+LogSums StatSync::finish_gathered() {
+  const LogSums local = pending_->local;
+  const int64_t n = static_cast<int64_t>(local.size());
+  const int64_t count = pending_->count;
+  const std::vector<torch::Tensor>& r = rows();
+  const auto mine = r[static_cast<size_t>(rank_)].accessor<double, 1>();
+  const bool agree = n == count && std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
+                       const auto a = row.accessor<double, 1>();
+                       return a[1] == mine[1] && a[2] == mine[2];
+                     });
+  if (!agree) {
+    extra_rounds_ += 2;
+    LogSums total = sum_serialised(local);
+    const std::vector<std::string> names = names_of(per_rank_[0]);
+    if (std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
+      agreed_count_ = static_cast<int64_t>(names.size());
+    }
+    return total;
+  }
+  per_rank_.clear();
+  LogSums total;
+  for (const torch::Tensor& row : r) {
+    const auto a = row.accessor<double, 1>();
+    LogSums sums;
+    int64_t i = 3;
+    for (const auto& [name, value] : local) sums[name] = a[i++];
+    for (const auto& [name, value] : sums) total[name] += value;
+    per_rank_.push_back(std::move(sums));
+  }
+  return total;
+}
+
+LogSums StatSync::sum_serialised(const LogSums& local) {
   const std::vector<uint8_t> bytes = serialise(local);
 
   std::vector<torch::Tensor> length_in{

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -10,28 +11,60 @@
 namespace hetseq {
 
 /// Sums the statistics of a step (LogSums) over the ranks of a process group. The distributed
-/// reducer calls it at the end of every update and for validation. See Note [Stat sync].
+/// reducer starts it before an update's last backward, so that its one collective overlaps the
+/// gradient reduction, and calls it for validation. See Note [Stat sync].
 class StatSync {
  public:
-  /// `fast` (--fast-stat-sync): one allreduce of a float64 tensor (two when the names change, on all
-  /// ranks together); every rank must report the same names. Otherwise two allgathers of every rank's
-  /// sums, which tolerate different names and keep each rank's values. `device`: where the
+  /// `fast` (--fast-stat-sync): one allreduce of a float64 tensor (a second when the names change, on
+  /// all ranks together); every rank must report the same names. Otherwise one allgather of every
+  /// rank's values, which keeps each rank's values; when the names change, or differ between ranks,
+  /// two more allgathers of the serialised sums, which tolerate different names. `device`: where the
   /// collectives' tensors live (the model's device, so that an NCCL group can carry them).
   StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast);
 
-  /// The elementwise sum of `local` over all ranks (a name missing on a rank counts 0 there). Every
-  /// rank must call it at the same point. Throws hetseq::InputError naming the ranks when, with
-  /// `fast`, the ranks report different names, and when a collective fails or times out.
+  /// Starts summing `local` over the ranks and returns without waiting: one collective, which runs
+  /// while the caller goes on (backward). Every rank must call it at the same point, and call
+  /// finish() before the next start().
+  void start(const LogSums& local);
+  /// Whether a sum was started and not finished.
+  bool started() const { return pending_.has_value(); }
+  /// The sum over the ranks of `sample_size` in the started sum (0 where a rank has none); waits for
+  /// the started collective only. Valid whatever the names: the count has a slot of its own.
+  double sample_size();
+  /// The elementwise sum of the started `local` over all ranks (a name missing on a rank counts 0
+  /// there). In the steady state it only waits for the collective start() began; when the names
+  /// changed it runs more (see Note [Stat sync]). Throws hetseq::InputError naming the ranks when,
+  /// with `fast`, the ranks report different names, and when a collective fails or times out.
+  LogSums finish();
+  /// start() and finish() together.
   LogSums sum(const LogSums& local);
 
-  /// Each rank's sums from the last call to sum(), `[rank]`; empty with `fast` (the allreduce keeps
-  /// only the totals).
+  /// Each rank's sums from the last finish(), `[rank]`; empty with `fast` (the allreduce keeps only
+  /// the totals).
   const std::vector<LogSums>& last_per_rank() const { return per_rank_; }
+  /// The collectives the last finish() had to start after start()'s own, and wait for: 0 in the
+  /// steady state, more when the names changed. The counter of blocking statistics round trips.
+  int64_t last_extra_rounds() const { return extra_rounds_; }
 
  private:
-  LogSums sum_fast(const LogSums& local);
-  LogSums sum_gathered(const LogSums& local);
-  /// Starts `what` on this rank's group and waits for it; failures become hetseq::InputError.
+  struct Pending {
+    LogSums local;
+    int64_t count = 0;                        // the agreed number of names the buffer was laid out for
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<torch::Tensor> in;            // fast: the summed buffer; gathered: this rank's row
+    std::vector<std::vector<torch::Tensor>> out;  // gathered: [0][rank] every rank's row
+    bool waited = false;
+  };
+  /// Lays out `local` for `count` agreed names and starts the collective.
+  void launch(const LogSums& local, int64_t count);
+  /// Waits for the pending collective (once) and returns the rows: fast, one summed row; gathered,
+  /// one row per rank. On the host.
+  const std::vector<torch::Tensor>& rows();
+  LogSums finish_fast();
+  LogSums finish_gathered();
+  /// Two allgathers of the serialised sums: any names, every rank's values.
+  LogSums sum_serialised(const LogSums& local);
+  /// Waits for `work`; failures become hetseq::InputError naming `what`.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
@@ -39,8 +72,11 @@ class StatSync {
   bool fast_;
   int64_t rank_;
   int64_t world_size_;
-  int64_t agreed_count_ = 0;       // fast: the number of names all ranks reported in the last call
-  std::vector<LogSums> per_rank_;        // [rank]
+  int64_t agreed_count_ = 0;         // the number of names all ranks reported the last time they agreed
+  std::optional<Pending> pending_;
+  std::vector<torch::Tensor> rows_;  // the pending collective's result on the host
+  std::vector<LogSums> per_rank_;    // [rank]
+  int64_t extra_rounds_ = 0;
 };
 
 }  // namespace hetseq

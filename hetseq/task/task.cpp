@@ -7,7 +7,7 @@ namespace hetseq {
 StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch, const Backward& backward) {
   StepOutput out = compute_loss(model, batch);
   if (backward) {
-    backward(out.loss);
+    backward(out);
   } else {
     out.loss.backward();
   }

@@ -63,15 +63,18 @@ class Task {
   /// micro-batches itself and skips empty validation batches; see Note [Empty micro-batches]).
   virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
 
-  /// The backward pass of a train step's loss, as the Controller runs it: it scales the loss (--fp16,
-  /// see Note [Loss scaling]), lets the gradient reducer arm its hooks, and differentiates. A task
-  /// that overrides train_step calls it once per step instead of loss.backward().
-  using Backward = std::function<void(const torch::Tensor& loss)>;
+  /// The backward pass of a train step, as the Controller runs it: it scales `step.loss` (--fp16, see
+  /// Note [Loss scaling]), starts summing the statistics over the ranks (Note [Stat sync]), lets the
+  /// gradient reducer arm its hooks, and differentiates. A task that overrides train_step calls it
+  /// once per step, instead of loss.backward(), with its StepOutput complete: the log and sample_size
+  /// it passes are what it must return (the statistics travel during backward, so they cannot change
+  /// after it).
+  using Backward = std::function<void(const StepOutput& step)>;
 
-  /// Forward, loss and backward. The default calls compute_loss, then `backward` on the summed loss
-  /// (plain loss.backward() when `backward` is empty). `batch` is never empty: for a rank with no
-  /// samples left at the end of an epoch the Controller itself runs a zero loss over every parameter
-  /// through `backward`, without calling the task (see Note [Empty micro-batches]).
+  /// Forward, loss and backward. The default calls compute_loss, then `backward` on its output (plain
+  /// loss.backward() when `backward` is empty). `batch` is never empty: for a rank with no samples
+  /// left at the end of an epoch the Controller itself runs a zero loss over every parameter through
+  /// `backward`, without calling the task (see Note [Empty micro-batches]).
   virtual StepOutput train_step(torch::nn::Module& model, const Batch& batch, const Backward& backward = nullptr);
 
   /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.

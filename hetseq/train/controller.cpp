@@ -116,17 +116,31 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
 
 LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale) {
   LogSums local;  // [stat name] summed over the non-empty micro-batches; see Note [Empty micro-batches]
+  // A step's statistics into `into`, in the one order used both before backward and after the step.
+  auto add_step = [](LogSums& into, const StepOutput& step) {
+    for (const auto& [name, value] : step.log) {
+      if (name != "sample_size") into[name] += value;
+    }
+    into["sample_size"] += step.sample_size;
+  };
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
+    const bool empty = micro_batches[k].empty();
     // The forward span runs from here to the task's call of `backward` (Note [Tracing]).
     std::optional<TraceSpan> forward(std::in_place, tracer_, "forward", k);
-    const Task::Backward backward = [this, k, count, loss_scale, &forward](const torch::Tensor& loss) {
+    const Task::Backward backward = [&, k](const StepOutput& step) {
       forward.reset();
       const TraceSpan span(tracer_, "backward", k);
-      run_backward(loss, k, count, loss_scale);
+      if (k != count - 1) return run_backward(step.loss, k, count, loss_scale, nullptr);
+      // The update's statistics are complete now: they travel during this backward (Note [Stat sync]).
+      LogSums stats = local;
+      if (!empty) add_step(stats, step);
+      run_backward(step.loss, k, count, loss_scale, &stats);
     };
-    if (micro_batches[k].empty()) {
-      backward(zero_loss());
+    if (empty) {
+      StepOutput zero;
+      zero.loss = zero_loss();
+      backward(zero);
       continue;
     }
     // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
@@ -134,19 +148,18 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     forward.reset();
-    out.log.erase("sample_size");
-    add_into(local, out.log);
-    local["sample_size"] += out.sample_size;
+    add_step(local, out);
   }
   return local;
 }
 
-void Controller::run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale) {
+void Controller::run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale,
+                              const LogSums* stats) {
   const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
   const bool low = loss.scalar_type() == torch::kHalf || loss.scalar_type() == torch::kBFloat16;
   const torch::Tensor full = low ? loss.to(torch::kFloat32) : loss;
   const torch::Tensor scaled = scaler_ ? full * loss_scale : full;
-  reducer_->before_backward(index, count, scaled);
+  reducer_->before_backward(index, count, scaled, stats);
   scaled.backward();
 }
 
@@ -183,6 +196,14 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   if (scaler_ && !std::isfinite(result.gnorm)) {
     result.skipped = true;
     return;
+  }
+  if (!std::isfinite(result.gnorm)) {
+    // Stepping would write inf or NaN into every parameter; the run is over either way.
+    throw InputError(fmt::format(
+        "update {}: the gradient norm is {} on every rank, so the update would ruin the model. The loss diverged "
+        "(lower --lr or use --clip-norm), or, with --ddp-comm-hook fp16, the summed gradients overflowed "
+        "float16's range on the wire (use --ddp-comm-hook bf16, or --fp16 whose loss scaling skips such updates)",
+        num_updates_ + 1, result.gnorm));
   }
   if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
     const double scale = options_.clip_norm / (result.gnorm + 1e-6);

@@ -102,8 +102,9 @@ class Controller {
   /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics.
   LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale);
   /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times
-  /// `loss_scale`, the reducer's hooks armed.
-  void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);
+  /// `loss_scale`, the reducer's hooks armed; `stats`: the update's statistics, for the last one.
+  void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale,
+                    const LogSums* stats);
   /// Zero, as a function of every parameter that takes a gradient. See Note [Empty micro-batches].
   torch::Tensor zero_loss();
   /// Divides the reduced gradients by samples x loss scale, measures their norm and clips them; sets

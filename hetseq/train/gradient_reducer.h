@@ -15,6 +15,9 @@ struct ReductionTiming {
   double comm_s = 0;     // from the first bucket's start to the last bucket's completion
   double busy_s = 0;     // of which at least one bucket's allreduce was in flight
   double exposed_s = 0;  // of which after the last bucket was ready: time backward spent waiting on the network
+  /// Statistics collectives the update started after backward and waited for: 0 when the statistics
+  /// rode along with the gradients (Note [Stat sync]); the count of blocking round trips per update.
+  int64_t late_stat_rounds = 0;
 };
 
 /// The step of an update that combines the gradients and statistics of all ranks. The Controller
@@ -29,10 +32,16 @@ class GradientReducer {
   virtual void before_forward() {}
   /// Between the forward and the backward pass of micro-batch `index` of `count` in this update, with
   /// its loss. Implementations communicate only for the last one (gradient accumulation, HetSeq's
-  /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]).
-  virtual void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {}
+  /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]). For the last
+  /// one, `stats` (when not null) are the update's local statistics, complete: a distributed
+  /// implementation starts summing them now, so that the sum travels during backward (Note [Stat
+  /// sync]), and finish_update must then be given the same sums.
+  virtual void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
+                               const LogSums* stats = nullptr) {}
   /// After the last backward: turns every parameter's gradient into the sum of the gradients of all
-  /// ranks, and returns `local` summed over all ranks (sample_size included). A parameter that no
+  /// ranks, and returns `local` summed over all ranks (sample_size included). Where before_backward
+  /// was given the statistics, `local` must equal them (hetseq::InputError otherwise: a task changed
+  /// its statistics after calling backward). A parameter that no
   /// rank used in the update (where the implementation allows that) is left without a gradient
   /// (undefined), so that the optimizer, the norm and clipping skip it, as under PyTorch's DDP.
   virtual LogSums finish_update(const LogSums& local) = 0;

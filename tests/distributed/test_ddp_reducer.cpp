@@ -556,7 +556,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           timeout);
       check_peers_failed(errors,
                          fast ? "the allreduce (--fast-stat-sync) of the statistics failed: "
-                              : "the allgather of the lengths of the statistics failed: ",
+                              : "the allgather of the statistics failed: ",
                          Cause::kTimeout);
       reducers = std::vector<std::unique_ptr<DistributedReducer>>(kWorld);
       kept = std::vector<Group>(kWorld);
