@@ -43,6 +43,10 @@ def main():
     ap.add_argument("--lr", type=float, default=0.001)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (intra-op threads)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--comm-hook", choices=("none", "fp16", "bf16", "powersgd"), default="none",
+                    help="DDP communication hook (torch.distributed.algorithms.ddp_comm_hooks)")
+    ap.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank of PowerSGD")
+    ap.add_argument("--powersgd-start-update", type=int, default=100, help="start_powerSGD_iter of PowerSGD")
     args = ap.parse_args()
     sizes = [int(v) for v in args.batch_sizes.split(",")]
     if len(sizes) != args.world_size or min(sizes) < 1:
@@ -69,6 +73,15 @@ def main():
         raise SystemExit(f"--max-update {args.max_update}: at most {n // total} full updates of {total} in one epoch")
 
     model = torch.nn.parallel.DistributedDataParallel(MNISTNet())  # broadcasts rank 0's parameters
+    if args.comm_hook in ("fp16", "bf16"):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook = default_hooks.fp16_compress_hook if args.comm_hook == "fp16" else default_hooks.bf16_compress_hook
+        model.register_comm_hook(None, hook)
+    elif args.comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=max(2, args.powersgd_start_update))
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)
     generator = torch.Generator().manual_seed(args.seed)
@@ -102,6 +115,7 @@ def main():
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "cpu_seconds": cpu_seconds,
+            "comm_hook": args.comm_hook,
         }), flush=True)
     dist.destroy_process_group()
 

@@ -186,6 +186,9 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
   ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
   ddp.comm_hook = o_.distributed.comm_hook;
+  ddp.powersgd.rank = o_.distributed.powersgd_rank;
+  ddp.powersgd.start_update = o_.distributed.powersgd_start_update;
+  ddp.powersgd.seed = o_.common.seed;
   ddp.broadcast_buffers = o_.distributed.broadcast_buffers;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;

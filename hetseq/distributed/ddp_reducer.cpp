@@ -18,6 +18,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/distributed/powersgd.h"
 #include "hetseq/observe/tracer.h"
 
 namespace hetseq {
@@ -195,7 +196,8 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 // wire. Without loss scaling an overflow on the wire is an error naming the update (the Controller
 // refuses a non-finite gradient), which says to use bf16 or --fp16.
 //
-// powersgd: see Note [PowerSGD].
+// powersgd: see Note [PowerSGD] (powersgd.cpp). Its state (error feedback, Q) lives in the process:
+// checkpoints do not keep it, so a resumed run starts the error feedback and the warm-up afresh.
 
 // The hook of every bucket: a SUM over the ranks as Note [Comm hooks] says. c10d's own hooks do the
 // same, but libtorch does not export their symbols. A failed or timed-out allreduce becomes a
@@ -204,11 +206,12 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
   BucketCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, CommHook kind, std::shared_ptr<detail::CommClock> clock,
-                 std::function<double()> sample_size)
+                 std::function<double()> sample_size, std::shared_ptr<PowerSgd> powersgd)
       : c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>>(std::move(group)),
         kind_(kind),
         clock_(std::move(clock)),
-        sample_size_(std::move(sample_size)) {}
+        sample_size_(std::move(sample_size)),
+        powersgd_(std::move(powersgd)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     at::Tensor buffer = bucket.getBufferRef();
@@ -220,6 +223,7 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
       if (!(scale > 0)) scale = 1;
       tensors[0] = (scale == 1 ? buffer : buffer / scale).to(wire_type(kind_));
     }
+    // PowerSGD's bytes on the wire depend on its shapes; the bucket's are counted.
     const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
     clock_->on_launch(bytes);
     const auto start = detail::CommClock::Clock::now();
@@ -230,7 +234,8 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
     // On CUDA the future completes at enqueue; the device row times the collective itself (Note [Tracing]).
     Tracer::DeviceSpan* on_device =
         tracer ? tracer->begin_device_span("allreduce", kBucketTrack + kDeviceBucketOffset + index, index) : nullptr;
-    auto future = state_->allreduce(tensors)->getFuture();
+    auto future = kind_ == CommHook::kPowerSgd ? powersgd_->reduce(index, buffer, bucket.getGradients())
+                                               : state_->allreduce(tensors)->getFuture();
     return future->then(
         [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer, on_device,
          cast, scale, buffer, kind = kind_](c10::ivalue::Future& done) -> c10::IValue {
@@ -262,6 +267,7 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
   CommHook kind_;
   std::shared_ptr<detail::CommClock> clock_;
   std::function<double()> sample_size_;
+  std::shared_ptr<PowerSgd> powersgd_;  // kPowerSgd only
 };
 
 c10::Device model_device(torch::nn::Module& model) {
@@ -351,12 +357,18 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   logger_ = std::make_shared<c10d::Logger>(reducer_);
   reducer_->set_logger(logger_);
   if (options_.comm_hook == CommHook::kPowerSgd) {
-    throw UsageError("--ddp-comm-hook powersgd: not available in this build");
+    if (options_.find_unused_parameters) {
+      // The Reducer's own allreduce of the used parameters would interleave with PowerSGD's chained
+      // collectives in a different order on different ranks (Note [PowerSGD]).
+      throw UsageError(
+          "--ddp-comm-hook powersgd cannot be combined with --find-unused-parameters; use fp16 or bf16 instead");
+    }
+    powersgd_ = std::make_shared<PowerSgd>(group_, options_.powersgd);
   }
   // The hook runs only inside backward, while this reducer (and stats_) exist.
-  reducer_->register_comm_hook(std::make_unique<BucketCommHook>(group_, options_.comm_hook, clock_, [this] {
-    return stats_.started() ? stats_.sample_size() : 1.0;
-  }));
+  reducer_->register_comm_hook(std::make_unique<BucketCommHook>(
+      group_, options_.comm_hook, clock_, [this] { return stats_.started() ? stats_.sample_size() : 1.0; },
+      powersgd_));
   log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}, {}, {} "
              "stat sync",
              rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
@@ -381,9 +393,10 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
                                  world_size_, e.what_without_backtrace()));
   }
   clock_->reset();
+  if (powersgd_) powersgd_->begin_update();
   if (stats) {
     const TraceSpan span(tracer_.get(), "stat_start");
-    stats_.start(*stats);  // see Note [Stat sync]: it travels during backward
+    stats_.start(*stats, StatSync::kUpdate);  // see Note [Stat sync]: it travels during backward
     started_local_ = *stats;
   }
   reducer_->prepare_for_forward();
@@ -416,7 +429,7 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
   }
   const TraceSpan span(tracer_.get(), "stat_sync");
   if (!stats_.started()) {
-    LogSums total = stats_.sum(local);
+    LogSums total = stats_.sum(local, StatSync::kUpdate);
     timing_.late_stat_rounds = 1 + stats_.last_extra_rounds();
     return total;
   }

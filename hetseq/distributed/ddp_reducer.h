@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 
 #include "hetseq/distributed/comm_hook.h"
+#include "hetseq/distributed/powersgd.h"
 #include "hetseq/distributed/stat_sync.h"
 #include "hetseq/train/gradient_reducer.h"
 
@@ -30,6 +31,7 @@ struct DdpOptions {
   bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
   bool broadcast_buffers = true;        // --broadcast-buffers: rank 0's buffers before each update's forward
   CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook: how buckets travel; see Note [Comm hooks]
+  PowerSgdOptions powersgd;              // --powersgd-rank, --powersgd-start-update (comm_hook kPowerSgd)
   /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
   /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
   std::vector<std::vector<int64_t>> initial_buckets;
@@ -92,6 +94,7 @@ class DistributedReducer final : public GradientReducer {
   std::vector<torch::Tensor> params_;          // [param] the reduced parameters, in registration order
   std::vector<std::string> param_names_;       // [param] qualified names
   std::vector<torch::Tensor> buffers_;         // [buffer] the model's buffers, once each (broadcast_buffers)
+  std::shared_ptr<PowerSgd> powersgd_;          // --ddp-comm-hook powersgd; shared with the comm hook
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook

@@ -80,7 +80,9 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 // the ones that remain, and a test holds it at 0. A collective needs the same size on every rank, and
 // a rank cannot know the others' names, so every layout is cut for the number n of names that all
 // ranks reported the last time they agreed (0 before the first call); a rank that reports another
-// count sends zeros in place of its values, and the collective tells every rank so.
+// count sends zeros in place of its values, and the collective tells every rank so. The updates keep
+// their n apart from the other sums (validation, the per-rank summary's gathers: Channel), so that
+// those do not cost the next update a round.
 //
 // Fast (--fast-stat-sync): one allreduce(SUM) of a float64 tensor
 //     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} | S ]
@@ -113,8 +115,8 @@ StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device dev
   world_size_ = group_->getSize();
 }
 
-LogSums StatSync::sum(const LogSums& local) {
-  start(local);
+LogSums StatSync::sum(const LogSums& local, Channel channel) {
+  start(local, channel);
   return finish();
 }
 
@@ -129,18 +131,19 @@ void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
   }
 }
 
-void StatSync::start(const LogSums& local) {
+void StatSync::start(const LogSums& local, Channel channel) {
   HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
   extra_rounds_ = 0;
-  launch(local, agreed_count_);
+  launch(local, channel, agreed_count_[channel]);
 }
 
-void StatSync::launch(const LogSums& local, int64_t count) {
+void StatSync::launch(const LogSums& local, Channel channel, int64_t count) {
   const int64_t n = static_cast<int64_t>(local.size());
   const double hash = static_cast<double>(hash_names(local));
   const double sample_size = sum_or(local, "sample_size");
   Pending p;
   p.local = local;
+  p.channel = channel;
   p.count = count;
   torch::Tensor row;
   if (fast_) {
@@ -255,9 +258,9 @@ LogSums StatSync::finish_fast() {
       return sum_serialised(local);
     }
     if (n != count) {
-      agreed_count_ = n;  // every rank has n names now: send the values again at that size
+      agreed_count_[pending_->channel] = n;  // every rank has n names now: send the values again at that size
       ++extra_rounds_;
-      launch(local, n);
+      launch(local, pending_->channel, n);
       continue;
     }
     LogSums total;
@@ -283,7 +286,7 @@ LogSums StatSync::finish_gathered() {
     LogSums total = sum_serialised(local);
     const std::vector<std::string> names = names_of(per_rank_[0]);
     if (std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
-      agreed_count_ = static_cast<int64_t>(names.size());
+      agreed_count_[pending_->channel] = static_cast<int64_t>(names.size());
     }
     return total;
   }

@@ -22,10 +22,13 @@ class StatSync {
   /// collectives' tensors live (the model's device, so that an NCCL group can carry them).
   StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast);
 
+  /// Which sums a call belongs to: each channel remembers the names its ranks last agreed on, so that
+  /// validation and the per-rank summaries between updates do not cost the updates a round.
+  enum Channel { kUpdate = 0, kOther = 1 };
   /// Starts summing `local` over the ranks and returns without waiting: one collective, which runs
   /// while the caller goes on (backward). Every rank must call it at the same point, and call
   /// finish() before the next start().
-  void start(const LogSums& local);
+  void start(const LogSums& local, Channel channel = kOther);
   /// Whether a sum was started and not finished.
   bool started() const { return pending_.has_value(); }
   /// The sum over the ranks of `sample_size` in the started sum (0 where a rank has none); waits for
@@ -37,7 +40,7 @@ class StatSync {
   /// with `fast`, the ranks report different names, and when a collective fails or times out.
   LogSums finish();
   /// start() and finish() together.
-  LogSums sum(const LogSums& local);
+  LogSums sum(const LogSums& local, Channel channel = kOther);
 
   /// Each rank's sums from the last finish(), `[rank]`; empty with `fast` (the allreduce keeps only
   /// the totals).
@@ -49,6 +52,7 @@ class StatSync {
  private:
   struct Pending {
     LogSums local;
+    Channel channel = kOther;
     int64_t count = 0;                        // the agreed number of names the buffer was laid out for
     c10::intrusive_ptr<c10d::Work> work;
     std::vector<torch::Tensor> in;            // fast: the summed buffer; gathered: this rank's row
@@ -56,7 +60,7 @@ class StatSync {
     bool waited = false;
   };
   /// Lays out `local` for `count` agreed names and starts the collective.
-  void launch(const LogSums& local, int64_t count);
+  void launch(const LogSums& local, Channel channel, int64_t count);
   /// Waits for the pending collective (once) and returns the rows: fast, one summed row; gathered,
   /// one row per rank. On the host.
   const std::vector<torch::Tensor>& rows();
@@ -72,7 +76,7 @@ class StatSync {
   bool fast_;
   int64_t rank_;
   int64_t world_size_;
-  int64_t agreed_count_ = 0;         // the number of names all ranks reported the last time they agreed
+  int64_t agreed_count_[2] = {0, 0};  // [channel] the number of names all ranks reported the last time they agreed
   std::optional<Pending> pending_;
   std::vector<torch::Tensor> rows_;  // the pending collective's result on the host
   std::vector<LogSums> per_rank_;    // [rank]

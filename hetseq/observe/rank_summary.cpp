@@ -13,8 +13,9 @@ namespace {
 enum Field { kUpdates, kSamples, kCompute, kWait, kTotal, kBusy, kBytes, kShare };
 
 // The figures of a summary, [figure][rank], in this order.
-const std::vector<const char*> kFigureNames{"batch",   "compute_ms", "compute_ms_per_sample",
-                                            "wait_ms", "wait_share", "busbw_gb_per_s"};
+const std::vector<const char*> kFigureNames{"batch",     "compute_ms",     "compute_ms_per_sample",
+                                            "wait_ms",   "wait_share",     "busbw_gb_per_s",
+                                            "comm_ms",   "comm_overlap"};
 
 }  // namespace
 
@@ -70,6 +71,10 @@ void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bo
     // allreduce was in flight. On a rank that reaches a bucket before its peers that time includes
     // waiting for them, so the slowest rank's figure is the closest to what the network does.
     fig[5].push_back(f[kBusy] > 0 ? f[kBytes] / f[kBusy] * 2 * (n - 1) / n / 1e9 : 0);
+    // The time a bucket was in flight per update, and the share of it hidden behind backward (the
+    // rest is the wait after the last bucket's launch).
+    fig[6].push_back(1e3 * f[kBusy] / updates);
+    fig[7].push_back(f[kBusy] > 0 ? std::clamp(1 - f[kWait] / f[kBusy], 0.0, 1.0) : 0);
     if (fig[1][r] > fig[1][slowest]) slowest = r;
   }
   if (rank_ != 0 || all.empty() || all[0][kUpdates] <= 0) return;
@@ -99,9 +104,10 @@ void RankSummary::report(int64_t epoch, int64_t num_updates, const Totals& t, bo
             epoch_end ? epoch : num_updates, epoch_end ? "" : fmt::format(" over the last {} updates", options_.log_interval));
   for (size_t r = 0; r < all.size(); ++r) {
     log::info("[ranks]   rank {}: {} samples per update, compute {:.1f} ms per update ({:.3f} ms per sample), waiting on "
-              "communication {:.1f} ms ({:.0f}%), allreduce bus bandwidth {:.2f} GB/s{}",
+              "communication {:.1f} ms ({:.0f}%), allreduce bus bandwidth {:.2f} GB/s, in flight {:.1f} ms "
+              "({:.0f}% behind backward){}",
               r, static_cast<int64_t>(fig[0][r]), fig[1][r], fig[2][r], fig[3][r], 100 * fig[4][r],
-              fig[5][r], all.size() > 1 && r == slowest ? "  <- slowest" : "");
+              fig[5][r], fig[6][r], 100 * fig[7][r], all.size() > 1 && r == slowest ? "  <- slowest" : "");
   }
   if (suggestion) {
     log::info("[ranks]   --auto-balance would split [{}] as [{}]: predicted {:.2f}x faster per update",

@@ -38,6 +38,17 @@ class TwoHosts {
       ip({"-n", ns, "link", "set", dev, "up"});
       ip({"-n", ns, "link", "set", "lo", "up"});
     }
+    devs_ = {a, b};
+  }
+  /// Shapes both directions of the link to `rate` (tc's syntax, e.g. "1gbit") with a token bucket.
+  void shape(const std::string& rate) const {
+    for (int node = 0; node < 2; ++node) {
+      const auto r = run_process(on(node, {"/usr/sbin/tc", "qdisc", "add", "dev", devs_[node], "root", "tbf", "rate",
+                                           rate, "burst", "256kb", "latency", "50ms"}),
+                                 30s);
+      INFO("tc on node " << node << ": " << r.err);
+      REQUIRE(r.exit_code == 0);
+    }
   }
   ~TwoHosts() {
     run_process({"/usr/sbin/ip", "netns", "del", ns0_}, 30s);
@@ -50,6 +61,7 @@ class TwoHosts {
 
  private:
   std::string ns0_, ns1_;
+  std::vector<std::string> devs_;  // [node] its end of the veth pair
 };
 
 }  // namespace
@@ -79,4 +91,37 @@ TEST_CASE("two nodes in two network namespaces train together over tcp://", "[di
   CHECK_THAT(r0.err, Catch::Contains("rank 1 on") && Catch::Contains("batch size 32"));
   CHECK_THAT(r0.out, Catch::Contains("\"tag\":\"valid\""));
   CHECK(std::filesystem::exists(dir / "save/checkpoint_last.pt"));
+}
+
+TEST_CASE("two nodes joined by a link shaped to 1 Gbit/s train with the fp16 comm hook", "[distributed][multiprocess][netns]") {
+  TwoHosts hosts;
+  hosts.shape("1gbit");
+  TempDir dir;
+  auto node_args = [&](int rank, const std::string& init) {
+    return hosts.on(rank, {binary_path("hetseq-train"), "--task", "mnist", "--cpu", "--max-sentences", "32",
+                           "--optimizer", "adam", "--lr", "0.001", "--max-update", "6", "--disable-validation",
+                           "--no-save", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar",
+                           "--log-format", "json", "--ddp-comm-hook", "fp16", "--distributed-world-size", "2",
+                           "--distributed-gpus", "1", "--distributed-rank", std::to_string(rank),
+                           "--distributed-init-method", init, "--distributed-timeout", "60"});
+  };
+  Process node0(node_args(0, "tcp://10.77.0.1:0"));
+  REQUIRE(node0.wait_for_err("listening on 10.77.0.1:", 60s));
+  std::smatch m;
+  const std::string err = node0.err_so_far();
+  REQUIRE(std::regex_search(err, m, std::regex("listening on 10\\.77\\.0\\.1:([0-9]+)")));
+  Process node1(node_args(1, "tcp://10.77.0.1:" + m[1].str()));
+  const auto r0 = node0.wait(300s);
+  const auto r1 = node1.wait(300s);
+  INFO("node 0:\n" << r0.err << "\nnode 1:\n" << r1.err);
+  REQUIRE(r0.exit_code == 0);
+  REQUIRE(r1.exit_code == 0);
+  std::smatch updates, busbw;
+  REQUIRE(std::regex_search(r0.out, updates, std::regex("\"tag\":\"train_epoch\".*\"num_updates\":([0-9]+)")));
+  CHECK(updates[1].str() == "6");
+  // The per-rank summary's bus bandwidth stays below the shaped link's 0.125 GB/s: the shaping is real.
+  REQUIRE(std::regex_search(r0.out, busbw, std::regex("\"busbw_gb_per_s\":\\[([0-9.e+-]+),([0-9.e+-]+)\\]")));
+  CHECK(std::stod(busbw[1].str()) > 0);
+  CHECK(std::stod(busbw[1].str()) < 0.14);
+  CHECK(std::stod(busbw[2].str()) < 0.14);
 }

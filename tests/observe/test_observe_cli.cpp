@@ -195,6 +195,11 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
       CHECK(k["wait_share"][q].get<double>() >= 0);
       CHECK(k["wait_share"][q].get<double>() < 1);
       CHECK(k["busbw_gb_per_s"][q].get<double>() > 0);
+      CHECK(k["comm_ms"][q].get<double>() > 0);
+      // The overlap is what the in-flight time and the wait say it is.
+      CHECK(k["comm_overlap"][q].get<double>() ==
+            Approx(std::clamp(1 - k["wait_ms"][q].get<double>() / k["comm_ms"][q].get<double>(), 0.0, 1.0))
+                .margin(1e-9));
     }
     const int slowest = k["slowest"];
     CHECK(k["compute_ms"][slowest].get<double>() >= k["compute_ms"][1 - slowest].get<double>());
