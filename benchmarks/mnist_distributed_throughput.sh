@@ -4,7 +4,7 @@
 #
 #   benchmarks/mnist_distributed_throughput.sh [--updates N] [--repeats R] [--cases LIST] [--build DIR]
 #                                              [--python PY] [--data DIR] [--quiet-wait S] [--timeout S]
-#                                              [--fast-stat-sync]
+#                                              [--fast-stat-sync] [--comm-hook none|fp16|bf16|powersgd]
 #
 # Cases (name: ranks pinned to CPUs with taskset, batch size per rank):
 #   one:           1 rank on CPU 0, batch 64
@@ -25,6 +25,8 @@
 # benchmark fails (default 300). "cpu%" is the whole machine's CPU use during the run (100 = both CPUs).
 # --fast-stat-sync: hetseq's ranks sum their logged statistics in one small allreduce per update instead
 # of gathering every rank's (two allgathers); the peer logs nothing and syncs no statistics either way.
+# --comm-hook H: both implementations reduce with that DDP communication hook (hetseq --ddp-comm-hook H;
+# PowerSGD after 10 uncompressed updates on both); the default is none.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +42,7 @@ QUIET_WAIT=0
 TIMEOUT=300
 SEED=1
 STAT_SYNC=""
+HOOK=none
 
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -52,6 +55,7 @@ while [ "$#" -gt 0 ]; do
     --quiet-wait) need_value "$@"; QUIET_WAIT="$2"; shift 2 ;;
     --timeout) need_value "$@"; TIMEOUT="$2"; shift 2 ;;
     --fast-stat-sync) STAT_SYNC="--fast-stat-sync"; shift ;;
+    --comm-hook) need_value "$@"; HOOK="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -141,12 +145,14 @@ rank_command() {
     if [ "$world" -gt 1 ]; then
       echo "--distributed-no-spawn --distributed-world-size $world --distributed-rank $r"
       echo "--distributed-init-method file://$rdv --distributed-timeout 120 $STAT_SYNC"
+      echo "--ddp-comm-hook $HOOK --powersgd-start-update 10"
     fi
   else
     local list
     list="$(IFS=,; echo "${batches[*]}")"
     echo "$PY $PEER --data $DATA --init-method file://$rdv --world-size $world --rank $r"
     echo "--batch-sizes $list --max-update $UPDATES --threads 1 --seed $SEED"
+    if [ "$world" -gt 1 ]; then echo "--comm-hook $HOOK --powersgd-start-update 10"; fi
   fi
 }
 
@@ -172,7 +178,7 @@ PYEOF
 
 echo "# MNIST distributed training throughput (global samples/s), hetseq vs PyTorch Python DDP"
 echo "# $UPDATES updates per run, Adam lr 0.001, 1 intra-op thread per rank, Gloo on loopback, $REPEATS repeats"
-echo "# hetseq: $TRAIN${STAT_SYNC:+ $STAT_SYNC}"
+echo "# hetseq: $TRAIN${STAT_SYNC:+ $STAT_SYNC}; comm hook $HOOK"
 echo "# python: $PY $PEER (torch $TORCH_VERSION)"
 echo "# machine: $(getconf _NPROCESSORS_ONLN) CPUs, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
 echo "# start: $(uptime)"

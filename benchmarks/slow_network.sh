@@ -3,7 +3,7 @@
 # (--ddp-comm-hook none, fp16, bf16, powersgd) and, for MNIST, PyTorch's Python DDP with the same hooks.
 #
 #   benchmarks/slow_network.sh [--rates LIST] [--hooks LIST] [--tasks LIST] [--updates N] [--repeats R]
-#                              [--powersgd-rank K] [--build DIR] [--python PY] [--data DIR] [--bert-data DIR]
+#                              [--bert-updates N] [--powersgd-rank K] [--build DIR] [--python PY] [--data DIR] [--bert-data DIR]
 #                              [--timeout S] [--no-peer]
 #
 # Needs root (ip netns, tc). Two network namespaces, node 0 at 10.78.0.1 and node 1 at 10.78.0.2, are joined by
@@ -14,10 +14,11 @@
 # Before the runs of a rate, a TCP stream between the namespaces measures what the shaped link carries.
 #
 # Tasks (--tasks, default mnist,bert):
-#   mnist: MNISTNet (4.8 MB of gradients), batch 64 per node, Adam lr 0.001, --updates updates (default 150);
+#   mnist: MNISTNet (4.8 MB of gradients), batch 64 per node, Adam lr 0.001, --updates updates (default 100);
 #          the Python peer is benchmarks/mnist_python_ddp_peer.py with --comm-hook.
 #   bert:  tiny BERT (configs/bert-tiny.json) on the shards scripts/train_bert.sh makes, batch 16 per node,
-#          --updates updates; no Python peer across nodes (benchmarks/bert_python_peer.py runs on one host).
+#          --bert-updates updates (default 40); no Python peer across nodes (benchmarks/bert_python_peer.py
+#          runs on one host).
 # Hooks (--hooks, default none,fp16,bf16,powersgd): PowerSGD with rank --powersgd-rank (default 1) after 10
 # uncompressed updates (--powersgd-start-update 10, the peer's start_powerSGD_iter 10).
 #
@@ -35,7 +36,8 @@ HETSEQ_HOME="${HETSEQ_HOME:-$HOME/.cache/hetseq}"
 RATES="1gbit,10gbit"
 HOOKS="none,fp16,bf16,powersgd"
 TASKS="mnist,bert"
-UPDATES=150
+UPDATES=100
+BERT_UPDATES=40
 REPEATS=3
 PSGD_RANK=1
 BUILD="$ROOT/build"
@@ -51,6 +53,7 @@ while [ "$#" -gt 0 ]; do
     --hooks) need_value "$@"; HOOKS="$2"; shift 2 ;;
     --tasks) need_value "$@"; TASKS="$2"; shift 2 ;;
     --updates) need_value "$@"; UPDATES="$2"; shift 2 ;;
+    --bert-updates) need_value "$@"; BERT_UPDATES="$2"; shift 2 ;;
     --repeats) need_value "$@"; REPEATS="$2"; shift 2 ;;
     --powersgd-rank) need_value "$@"; PSGD_RANK="$2"; shift 2 ;;
     --build) need_value "$@"; BUILD="$2"; shift 2 ;;
@@ -65,6 +68,7 @@ while [ "$#" -gt 0 ]; do
 done
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 { is_uint "$UPDATES" && [ "$UPDATES" -ge 12 ]; } || die "--updates: '$UPDATES' is not a whole number >= 12"
+{ is_uint "$BERT_UPDATES" && [ "$BERT_UPDATES" -ge 12 ]; } || die "--bert-updates: '$BERT_UPDATES' is not a whole number >= 12"
 { is_uint "$REPEATS" && [ "$REPEATS" -ge 1 ]; } || die "--repeats: '$REPEATS' is not a positive integer"
 [ "$(id -u)" = 0 ] || die "needs root for ip netns and tc"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
@@ -142,9 +146,10 @@ run_nodes() {
   PORT=$((PORT + 1))
   PIDS=()
   for r in 0 1; do
-    local ns="NS$r"
+    local ns="NS$r" dev="DEV$r"
+    # GLOO_SOCKET_IFNAME: PyTorch's Gloo otherwise picks its interface from the hostname, which a namespace lacks.
     # shellcheck disable=SC2046
-    ip netns exec "${!ns}" taskset -c "$r" $(node_command "$impl" "$task" "$hook" "$r") \
+    ip netns exec "${!ns}" env GLOO_SOCKET_IFNAME="${!dev}" taskset -c "$r" $(node_command "$impl" "$task" "$hook" "$r") \
       >"$WORK/node$r.out" 2>"$WORK/node$r.err" &
     PIDS+=("$!")
   done
@@ -168,10 +173,12 @@ run_nodes() {
   PIDS=()
 }
 
+updates_of() { if [ "$1" = bert ]; then echo "$BERT_UPDATES"; else echo "$UPDATES"; fi; }
+
 node_command() {
   local impl="$1" task="$2" hook="$3" r="$4"
   if [ "$impl" = hetseq ]; then
-    echo "$TRAIN --cpu --optimizer adam --lr 0.001 --max-update $UPDATES --seed 1 --no-save --disable-validation"
+    echo "$TRAIN --cpu --optimizer adam --lr 0.001 --max-update $(updates_of "$task") --seed 1 --no-save --disable-validation"
     echo "--log-format json --log-interval 1000000 --intra-op-threads 1 --no-progress-bar --clip-norm 0"
     echo "--distributed-world-size 2 --distributed-gpus 1 --distributed-rank $r"
     echo "--distributed-init-method tcp://10.78.0.1:$PORT --distributed-timeout 120"
@@ -189,9 +196,9 @@ node_command() {
   fi
 }
 
-# "samples/s comm_ms overlap busbw" of the last run (the last three "-" for the peer).
+# "samples/s comm_ms overlap busbw" of the last run of TASK (the last three "-" for the peer).
 figures() {
-  "$PY" - "$1" "$WORK/node0.out" "$UPDATES" <<'PYEOF' || die "$1: no usable figure in $WORK/node0.out"
+  "$PY" - "$1" "$WORK/node0.out" "$(updates_of "$2")" <<'PYEOF' || die "$1: no usable figure in $WORK/node0.out"
 import json, sys
 impl, path, updates = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
@@ -209,7 +216,7 @@ PYEOF
 }
 
 echo "# Two nodes over a shaped link (tc tbf, no added delay), one worker per node on its own CPU, 1 thread"
-echo "# $UPDATES updates per run, $REPEATS repeats; hetseq: $TRAIN; peer: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
+echo "# $UPDATES updates per MNIST run, $BERT_UPDATES per BERT run, $REPEATS repeats; hetseq: $TRAIN; peer: $PY (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 echo "# machine: $(getconf _NPROCESSORS_ONLN) CPUs, $(uname -r); start: $(uptime)"
 RESULTS="$WORK/results"
 : >"$RESULTS"
@@ -226,7 +233,7 @@ for rate in "${RATE_LIST[@]}"; do
         if ((i % 2 == 0)) && [ "${#impls[@]}" = 2 ]; then order=(python hetseq); fi
         for impl in "${order[@]}"; do
           run_nodes "$impl" "$task" "$hook"
-          read -r v comm overlap busbw <<<"$(figures "$impl")"
+          read -r v comm overlap busbw <<<"$(figures "$impl" "$task")"
           echo "$rate $task $hook $impl $v $comm $overlap $busbw" >>"$RESULTS"
           printf '%-7s %-6s %-9s %-7s %-4s %10s %8s %8s %8s\n' "$rate" "$task" "$hook" "$impl" "$i" "$v" "$comm" "$overlap" "$busbw"
         done
