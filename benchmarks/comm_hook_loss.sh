@@ -85,6 +85,6 @@ print("| run | " + " | ".join(str(u) for u in updates) + f" | valid loss | valid
 print("|---" * (len(updates) + 3) + "|")
 for name, (train, valid) in rows.items():
     acc = valid.get(extra, valid.get("accuracy", float("nan")))
-    print(f"| {name} | " + " | ".join("%.3f" % r["loss"] for r in train) + " | %.3f | %s |" % (valid["loss"], acc))
+    print(f"| {name} | " + " | ".join("%.4f" % r["loss"] for r in train) + " | %.4f | %s |" % (valid["loss"], acc))
 PYEOF
 done
