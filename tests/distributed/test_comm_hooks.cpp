@@ -318,7 +318,7 @@ TEST_CASE("A task whose statistics change after it called backward gets an error
 }
 
 TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on the wire is skipped on every "
-          "rank; without loss scaling it is an error",
+          "rank and without loss scaling it is an error",
           "[ddp][comm-hook][fp16]") {
   OneIntraOpThread one_thread;
   hetseq::LossScalerOptions scaling;
