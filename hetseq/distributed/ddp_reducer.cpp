@@ -397,7 +397,6 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
   if (stats) {
     const TraceSpan span(tracer_.get(), "stat_start");
     stats_.start(*stats, StatSync::kUpdate);  // see Note [Stat sync]: it travels during backward
-    started_local_ = *stats;
   }
   reducer_->prepare_for_forward();
   reducer_->prepare_for_backward(options_.find_unused_parameters ? std::vector<torch::Tensor>{loss}
@@ -433,9 +432,10 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
     timing_.late_stat_rounds = 1 + stats_.last_extra_rounds();
     return total;
   }
+  const LogSums started = stats_.started_sums();
   LogSums total = stats_.finish();
   timing_.late_stat_rounds = stats_.last_extra_rounds();
-  if (started_local_ != local) {
+  if (started != local) {
     auto show = [](const LogSums& sums) {
       std::vector<std::string> parts;
       for (const auto& [name, value] : sums) parts.push_back(fmt::format("{}={}", name, value));
@@ -445,7 +445,7 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
         "rank {} of {}: the task's statistics changed after it called backward for the update's last micro-batch "
         "(given to backward: [{}]; returned: [{}]); a Task::train_step must have its StepOutput's log and "
         "sample_size complete when it calls backward",
-        rank_, world_size_, show(started_local_), show(local)));
+        rank_, world_size_, show(started), show(local)));
   }
   return total;
 }

@@ -99,7 +99,6 @@ class DistributedReducer final : public GradientReducer {
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook
   StatSync stats_;
-  LogSums started_local_;                       // the statistics before_backward started summing
   int64_t num_buckets_ = 0;
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;

@@ -31,6 +31,8 @@ class StatSync {
   void start(const LogSums& local, Channel channel = kOther);
   /// Whether a sum was started and not finished.
   bool started() const { return pending_.has_value(); }
+  /// The local sums the unfinished sum was started with.
+  const LogSums& started_sums() const { return pending_->local; }
   /// The sum over the ranks of `sample_size` in the started sum (0 where a rank has none); waits for
   /// the started collective only. Valid whatever the names: the count has a slot of its own.
   double sample_size();
