@@ -28,17 +28,24 @@ Checkpoint Checkpointer::snapshot(Controller& controller, IteratorPosition next,
 
 void Checkpointer::save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan) {
   last_saved_ = controller.num_updates();
-  if (options_.rank != 0) return;
-  const auto files = manager_.files_for(point);
-  manager_.record(point);
-  if (files.empty()) return;
-  const auto removed = manager_.write(snapshot(controller, next, plan), files);
-  std::vector<std::string> names;
-  for (const auto& f : files) names.push_back(f.filename().string());
-  log::info("[checkpoint] saved {} in {} (epoch {}, {} updates{})", fmt::join(names, ", "), options_.save.save_dir,
-            point.epoch, controller.num_updates(),
-            manager_.best() ? fmt::format(", best {} {}", options_.save.best_checkpoint_metric, *manager_.best()) : "");
-  for (const auto& f : removed) log::info("[checkpoint] removed {} (retention flags)", f.string());
+  auto write = [&] {
+    if (options_.rank != 0) return;
+    const auto files = manager_.files_for(point);
+    manager_.record(point);
+    if (files.empty()) return;
+    const auto removed = manager_.write(snapshot(controller, next, plan), files);
+    std::vector<std::string> names;
+    for (const auto& f : files) names.push_back(f.filename().string());
+    log::info("[checkpoint] saved {} in {} (epoch {}, {} updates{})", fmt::join(names, ", "), options_.save.save_dir,
+              point.epoch, controller.num_updates(),
+              manager_.best() ? fmt::format(", best {} {}", options_.save.best_checkpoint_metric, *manager_.best()) : "");
+    for (const auto& f : removed) log::info("[checkpoint] removed {} (retention flags)", f.string());
+  };
+  if (options_.fence) {
+    options_.fence->run(controller.num_updates(), write);
+  } else {
+    write();
+  }
 }
 
 }  // namespace hetseq

@@ -1,12 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "hetseq/checkpoint/checkpoint_manager.h"
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/epoch_batch_iterator.h"
+#include "hetseq/distributed/save_fence.h"
 #include "hetseq/train/controller.h"
 
 namespace hetseq {
@@ -18,6 +20,9 @@ struct CheckpointerOptions {
   std::string task;            // --task
   std::string model_digest;    // see model_digest()
   std::string options;         // the compared flags, as text, for the record
+  /// Distributed runs: every rank passes it at each save while rank 0 writes (Note [Checkpoint fence]);
+  /// null for one process.
+  std::shared_ptr<SaveFence> fence;
 };
 
 /// Saves checkpoints with one call: which files (last, epoch, update, best), the best metric, the

@@ -169,8 +169,14 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("device-id", "device of this worker (alias --local_rank; set by the launcher)", text_flag(d, "device-id", "0"))
       ("distributed-no-spawn", "run one worker in this process instead of starting --distributed-gpus workers",
        switch_flag())
-      ("distributed-timeout", "seconds to wait for the rendezvous and for each collective",
+      ("distributed-timeout", "seconds a collective may wait for a peer before the run fails (a lost peer)",
        text_flag(d, "distributed-timeout", "300"))
+      ("rendezvous-timeout", "seconds to wait for every rank to arrive at the start, and at the end (default: "
+       "--distributed-timeout)", optional_flag(d, "rendezvous-timeout"))
+      ("checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint; they fail sooner, "
+       "after --distributed-timeout, only if rank 0 stops showing progress", text_flag(d, "checkpoint-timeout", "3600"))
+      ("debug-collectives", "check every collective across the ranks (operation, sizes, dtypes) before it runs, so "
+       "a mismatch is an error naming the rank instead of a hang; slower", switch_flag())
       ("bucket-cap-mb", "gradient bucket size in MB", text_flag(d, "bucket-cap-mb", "25"))
       ("find-unused-parameters", "allow models that leave some parameters out of a step", switch_flag())
       ("broadcast-buffers", "broadcast the model's buffers from rank 0 before each update's forward passes "
@@ -412,6 +418,10 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   w.device_id = non_negative(args, "device-id");
   w.cpu = flag(args, "cpu");
   w.timeout = std::chrono::seconds(positive(args, "distributed-timeout"));
+  w.rendezvous_timeout = args.count("rendezvous-timeout") ? std::chrono::seconds(positive(args, "rendezvous-timeout"))
+                                                          : std::chrono::milliseconds(w.timeout);
+  w.checkpoint_timeout = std::chrono::seconds(positive(args, "checkpoint-timeout"));
+  w.debug_collectives = flag(args, "debug-collectives");
   g.no_spawn = flag(args, "distributed-no-spawn");
   g.bucket_cap_mb = flag_number(args, "bucket-cap-mb");
   if (g.bucket_cap_mb <= 0) throw UsageError(fmt::format("--bucket-cap-mb: {} must be positive", g.bucket_cap_mb));

@@ -11,6 +11,7 @@
 #include "hetseq/balance/memory_probe.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/core/stop_request.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
@@ -229,6 +230,10 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
   copts.task = o_.common.task;
   copts.model_digest = digest_;
   copts.options = as_text(compared);
+  if (world_.distributed()) {
+    copts.fence = std::make_shared<SaveFence>(world_.store(), world_.rank(), world_.world_size(), world_.timeout(),
+                                              world_.checkpoint_timeout());
+  }
   checkpointer_ = std::make_unique<Checkpointer>(copts, resumed_ ? resumed_->best : std::nullopt);
   if (!resumed_) {
     if (!ck.optimizer_overrides.empty()) apply_optimizer_overrides(controller_->optimizer(), ck.optimizer_overrides);
@@ -331,6 +336,7 @@ void TrainSession::build_loop() {
   lopts.validate_interval = o_.dataset.validate_interval;
   lopts.disable_validation = o_.dataset.disable_validation;
   lopts.best_checkpoint_metric = ck.save.best_checkpoint_metric;
+  lopts.stop_requested = [] { return stop_request::requested(); };
   lopts.order.seed = o_.common.seed;
   lopts.order.curriculum = o_.dataset.curriculum;
   lopts.num_workers = o_.dataset.num_workers;

@@ -34,6 +34,8 @@ class TrainSession {
                World& world);
   /// Trains until a limit; returns the last epoch trained.
   int64_t run() { return loop_->run(start_); }
+  /// Whether run() ended on a stop signal (see Note [Clean stops]).
+  bool stopped() const { return loop_->stopped(); }
 
  private:
   void build_model(const cxxopts::ParseResult& args);

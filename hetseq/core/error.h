@@ -17,10 +17,34 @@ class UsageError : public std::runtime_error {
 };
 
 /// Bad input found while working: a missing or corrupt file, an unwritable directory, ranks that
-/// disagree. Drivers exit with code 1.
+/// disagree. Drivers exit with kExitInput.
 class InputError : public std::runtime_error {
  public:
   explicit InputError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A peer was lost: a rank died, never arrived, or fell behind past a timeout, so a collective or a
+/// wait on the store failed. Restarting the run (and resuming from the last checkpoint) can succeed,
+/// so drivers exit with kExitPeerLost. It is an InputError, so code that handles bad input handles it.
+/// Constructing one records that a peer failed (peer_failure_seen), because the backend may hand the
+/// error on wrapped in its own exception type.
+class PeerError : public InputError {
+ public:
+  explicit PeerError(const std::string& what);
+};
+
+/// Whether a PeerError was raised in this process (on any thread).
+bool peer_failure_seen();
+
+/// The exit codes of hetseq's programs, for supervisors (torchrun, Slurm, scripts) to tell apart what
+/// to restart. Documented as a table in the README ("On a cluster").
+enum ExitCode : int {
+  kExitDone = 0,       // finished
+  kExitInternal = 1,   // a bug in hetseq (InternalError) or an unclassified failure
+  kExitUsage = 2,      // bad command line: do not restart, fix the flags
+  kExitInput = 3,      // bad input: a file, shard or checkpoint; do not restart, fix the input
+  kExitPeerLost = 4,   // a peer died or a timeout ran out: restart, the run resumes from its checkpoint
+  kExitStopped = 5,    // stopped by SIGTERM or SIGINT after saving checkpoint_last.pt: run again to resume
 };
 
 /// A broken internal invariant (a bug in hetseq, not in the user's input).

@@ -241,7 +241,7 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
          cast, scale, buffer, kind = kind_](c10::ivalue::Future& done) -> c10::IValue {
           clock->on_done(start);
           if (done.hasError()) {
-            throw InputError(fmt::format(
+            throw PeerError(fmt::format(
                 "rank {} of {}: the allreduce of gradient bucket {} ({} bytes{}) failed: {} (a peer died, fell behind "
                 "past the process group's timeout, or ran a different number of backward passes)",
                 rank, size, index, bytes, cast ? ", --ddp-comm-hook " + to_string(kind) : "",
@@ -322,7 +322,7 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     torch::NoGradGuard no_grad;
     c10d::broadcast_coalesced(group_, state, kBroadcastBucketBytes, 0);
   } catch (const std::exception& e) {
-    throw InputError(fmt::format("rank {} of {}: broadcasting the model from rank 0 failed: {}", rank_, world_size_,
+    throw PeerError(fmt::format("rank {} of {}: broadcasting the model from rank 0 failed: {}", rank_, world_size_,
                                  e.what()));
   }
 
@@ -389,14 +389,14 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
       log::debug("[reducer] rank {}: buckets rebuilt in gradient order: [{}] bytes", rank_, fmt::join(sizes, ", "));
     }
   } catch (const c10::Error& e) {
-    throw InputError(fmt::format("rank {} of {}: the previous gradient reduction did not finish: {}", rank_,
+    throw PeerError(fmt::format("rank {} of {}: the previous gradient reduction did not finish: {}", rank_,
                                  world_size_, e.what_without_backtrace()));
   }
   clock_->reset();
   if (powersgd_) powersgd_->begin_update();
   if (stats) {
     const TraceSpan span(tracer_.get(), "stat_start");
-    stats_.start(*stats, StatSync::kUpdate);  // see Note [Stat sync]: it travels during backward
+    stats_.start(*stats, StatSync::kUpdate, stop_vote_);  // see Note [Stat sync]: it travels during backward
   }
   reducer_->prepare_for_forward();
   reducer_->prepare_for_backward(options_.find_unused_parameters ? std::vector<torch::Tensor>{loss}
@@ -428,13 +428,16 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
   }
   const TraceSpan span(tracer_.get(), "stat_sync");
   if (!stats_.started()) {
-    LogSums total = stats_.sum(local, StatSync::kUpdate);
+    stats_.start(local, StatSync::kUpdate, stop_vote_);
+    LogSums total = stats_.finish();
     timing_.late_stat_rounds = 1 + stats_.last_extra_rounds();
+    stop_agreed_ = stats_.last_stop_votes() > 0;
     return total;
   }
   const LogSums started = stats_.started_sums();
   LogSums total = stats_.finish();
   timing_.late_stat_rounds = stats_.last_extra_rounds();
+  stop_agreed_ = stats_.last_stop_votes() > 0;
   if (started != local) {
     auto show = [](const LogSums& sums) {
       std::vector<std::string> parts;
@@ -475,7 +478,7 @@ void DistributedReducer::before_forward() {
     torch::NoGradGuard no_grad;
     c10d::broadcast_coalesced(group_, buffers_, kBroadcastBucketBytes, 0);
   } catch (const std::exception& e) {
-    throw InputError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
+    throw PeerError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
                                  "died, fell behind past the process group's timeout, or reached a different "
                                  "collective)",
                                  rank_, world_size_, buffers_.size(), e.what()));

@@ -67,6 +67,8 @@ class DistributedReducer final : public GradientReducer {
   /// Throws hetseq::InputError when a parameter got no gradient without find_unused_parameters.
   LogSums finish_update(const LogSums& local) override;
   /// Sums statistics over all ranks (validation); see Note [Stat sync].
+  /// Whether any rank voted to stop in the last update (its vote rode with the statistics).
+  bool stop_agreed() const override { return stop_agreed_; }
   LogSums reduce_sums(const LogSums& local) override;
 
   /// Each rank's statistics from the last finish_update or reduce_sums, `[rank]`; empty with
@@ -103,6 +105,7 @@ class DistributedReducer final : public GradientReducer {
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;
   std::shared_ptr<Tracer> tracer_;
+  bool stop_agreed_ = false;  // see Note [Clean stops]
 };
 
 }  // namespace hetseq

@@ -93,7 +93,7 @@ std::vector<WorkerInfo> exchange_worker_info(c10d::Store& store, const WorkerInf
     try {
       store.wait({key}, timeout);
     } catch (const c10::Error&) {
-      throw InputError(fmt::format("rank {}: rank {} never published its start information within {} s", mine.rank, r,
+      throw PeerError(fmt::format("rank {}: rank {} never published its start information within {} s", mine.rank, r,
                                    std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     }
     const auto bytes = store.get(key);
@@ -129,7 +129,7 @@ void check_ranks_agree(c10d::Store& store, int64_t rank, int64_t world_size, con
     try {
       store.wait({k}, timeout);
     } catch (const c10::Error&) {
-      throw InputError(fmt::format("rank {}: rank {} never reported its {} within {} s", rank, r, what,
+      throw PeerError(fmt::format("rank {}: rank {} never reported its {} within {} s", rank, r, what,
                                    std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     }
     const auto bytes = store.get(k);

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -12,6 +14,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/core/stop_request.h"
 #include "hetseq/distributed/per_rank_flags.h"
 
 extern char** environ;
@@ -79,6 +82,7 @@ int launch_workers(const LaunchOptions& o) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   if (o.host_tcp_store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
+  env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(::getpid()));
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -99,11 +103,32 @@ int launch_workers(const LaunchOptions& o) {
   }
   log::info("[launcher] started {} workers, ranks {}..{}", o.num_workers, o.first_rank, o.first_rank + o.num_workers - 1);
 
+  // See Note [Clean stops]: a signal to the launcher reaches every worker, which then finishes its
+  // update, lets rank 0 save and leaves; a worker that has not gone after `stop_grace` is killed.
+  stop_request::install();
   int result = 0;
+  bool stopping = false;
   std::vector<bool> done(pids.size(), false);
   size_t remaining = pids.size();
   std::optional<std::chrono::steady_clock::time_point> kill_at;
+  auto stop_others = [&](std::chrono::seconds grace) {
+    for (size_t j = 0; j < pids.size(); ++j) {
+      if (!done[j]) ::kill(pids[j], SIGTERM);
+    }
+    kill_at = std::chrono::steady_clock::now() + grace;
+  };
   while (remaining > 0) {
+    if (!stopping && stop_request::requested()) {
+      stopping = true;
+      log::info("[launcher] {} received: asking the {} worker(s) to stop after their update (SIGTERM); they "
+                "are killed if still running after {} s",
+                stop_request::signal_name(stop_request::signal_number()), remaining, o.stop_grace.count());
+      stop_others(o.stop_grace);
+    }
+    if (stopping && kill_at && stop_request::signal_count() >= 2) {
+      log::info("[launcher] a second signal: killing the workers now");
+      kill_at = std::chrono::steady_clock::now();
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -114,19 +139,25 @@ int launch_workers(const LaunchOptions& o) {
         const int code = exit_code_of(status);
         if (code != 0 && result == 0) {
           result = code;
-          log::error("[launcher] rank {} (worker {}, pid {}) failed with exit code {}; stopping the other workers",
-                     o.first_rank + static_cast<int64_t>(i), i, pid, code);
-          for (size_t j = 0; j < pids.size(); ++j) {
-            if (!done[j]) ::kill(pids[j], SIGTERM);
+          if (stopping || code == kExitStopped) {
+            log::info("[launcher] rank {} (worker {}) stopped with exit code {}", o.first_rank + static_cast<int64_t>(i),
+                      i, code);
+          } else {
+            log::error("[launcher] rank {} (worker {}, pid {}) failed with exit code {}; stopping the other workers",
+                       o.first_rank + static_cast<int64_t>(i), i, pid, code);
+            stop_others(o.grace);
           }
-          kill_at = std::chrono::steady_clock::now() + o.grace;
         }
       }
       continue;
     }
     if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
       for (size_t j = 0; j < pids.size(); ++j) {
-        if (!done[j]) ::kill(pids[j], SIGKILL);
+        if (!done[j]) {
+          log::error("[launcher] rank {} (pid {}) did not stop in time; killing it",
+                     o.first_rank + static_cast<int64_t>(j), pids[j]);
+          ::kill(pids[j], SIGKILL);
+        }
       }
       kill_at.reset();
     }

@@ -23,8 +23,15 @@ struct LaunchOptions {
   std::string store_host;
   uint16_t store_port = 0;
   std::chrono::milliseconds store_timeout{std::chrono::minutes(5)};
-  std::chrono::seconds grace{10};       // how long stopped workers get before SIGKILL
+  std::chrono::seconds grace{10};       // after a worker failed: how long the others get before SIGKILL
+  /// After SIGTERM or SIGINT to the launcher: how long the workers get to finish their update, save
+  /// and leave before SIGKILL (Slurm's default KillWait is 30 s).
+  std::chrono::seconds stop_grace{60};
 };
+
+/// Environment variable with the launcher's pid, so that a worker dies with it (see
+/// stop_request::die_with_launcher).
+inline constexpr const char* kLauncherPidEnv = "HETSEQ_LAUNCHER_PID";
 
 /// Environment variable the launcher sets for its workers when it hosts the TCP store.
 inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
@@ -36,7 +43,8 @@ std::vector<std::string> worker_command_line(const LaunchOptions& options, int64
 
 /// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits
 /// for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the
-/// launcher reports the failing rank. Returns 0 when all succeeded, else the first failure's code.
+/// launcher reports the failing rank. SIGTERM or SIGINT to the launcher is passed on to every worker
+/// as SIGTERM (see Note [Clean stops]). Returns 0 when all succeeded, else the first non-zero code.
 int launch_workers(const LaunchOptions& options);
 
 }  // namespace hetseq

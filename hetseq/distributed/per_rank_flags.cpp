@@ -9,7 +9,7 @@ const std::set<std::string>& per_rank_flags() {
       "intra-op-threads", "num-workers",
       // who it is and how it finds the others (the world size and backend are compared as resolved)
       "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
-      "distributed-world-size", "distributed-timeout",
+      "distributed-world-size", "distributed-timeout", "rendezvous-timeout", "checkpoint-timeout",
       // paths that differ by mount point (the data's sizes and the restored state are compared instead)
       "data", "save-dir", "restore-file", "dump-sample-ids", "trace-dir", "tensorboard-logdir", "json-log",
       // how it reports (whether a run traces is compared as resolved: the ranks align clocks together)

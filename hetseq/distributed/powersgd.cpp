@@ -205,7 +205,7 @@ void fail(Reduction& r, std::exception_ptr error) {
 void finish(const std::shared_ptr<Reduction>& r, c10::ivalue::Future& done) {
   try {
     if (done.hasError()) {
-      throw InputError(fmt::format(
+      throw PeerError(fmt::format(
           "rank {} of {}: the PowerSGD allreduce of Q of gradient bucket {} ({} bytes) failed: {} {}", r->rank,
           r->size, r->bucket, r->bytes(r->second), done.tryRetrieveErrorMessage(), kPeerHint));
     }
@@ -246,7 +246,7 @@ void launch_second(const std::shared_ptr<Reduction>& r) {
 void after_first(const std::shared_ptr<Reduction>& r, c10::ivalue::Future& done) {
   try {
     if (done.hasError()) {
-      throw InputError(fmt::format(
+      throw PeerError(fmt::format(
           "rank {} of {}: the PowerSGD allreduce of P and the uncompressed gradients of gradient bucket {} ({} bytes) "
           "failed: {} {}",
           r->rank, r->size, r->bucket, r->bytes(r->first), done.tryRetrieveErrorMessage(), kPeerHint));
@@ -388,7 +388,7 @@ c10::intrusive_ptr<c10::ivalue::Future> PowerSgd::reduce(int64_t bucket, at::Ten
         auto future = start_allreduce(group, buffer, bucket);
         future->addCallback([result, buffer, bucket, rank, size](c10::ivalue::Future& done) {
           if (done.hasError()) {
-            result->setError(std::make_exception_ptr(InputError(fmt::format(
+            result->setError(std::make_exception_ptr(PeerError(fmt::format(
                 "rank {} of {}: the allreduce of gradient bucket {} ({} bytes) failed: {} {}", rank, size, bucket,
                 buffer.numel() * static_cast<int64_t>(buffer.element_size()), done.tryRetrieveErrorMessage(),
                 kPeerHint))));

@@ -1,6 +1,8 @@
 #include "hetseq/distributed/process_group.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
 #ifdef HETSEQ_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/cuda.h>
@@ -69,13 +71,25 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
   // without a word; ignored, the write fails and the collective throws a clear error instead.
   std::signal(SIGPIPE, SIG_IGN);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, static_cast<int>(rank), static_cast<int>(world_size));
+  // --debug-collectives: the backend behind c10d's fingerprinting wrapper, whose checks run over a
+  // Gloo group of their own (keys under "debug/"), as TORCH_DISTRIBUTED_DEBUG=DETAIL does in Python.
+  auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) -> c10::intrusive_ptr<c10d::Backend> {
+    if (!options.debug_collectives) return backend;
+    auto check_options = c10d::ProcessGroupGloo::Options::create();
+    check_options->timeout = options.timeout;
+    check_options->devices.push_back(gloo_device(options.master_host));
+    auto check_store = c10::make_intrusive<c10d::PrefixStore>("debug", store);
+    auto checker = c10::make_intrusive<c10d::ProcessGroupGloo>(check_store, static_cast<int>(rank),
+                                                                static_cast<int>(world_size), check_options);
+    return c10::make_intrusive<c10d::ProcessGroupWrapper>(backend, checker);
+  };
   try {
     if (options.backend == "gloo") {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create();
       gloo_options->timeout = options.timeout;
       gloo_options->devices.push_back(gloo_device(options.master_host));
-      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank),
-                                                                  static_cast<int>(world_size), gloo_options);
+      auto backend = checked(c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank),
+                                                                          static_cast<int>(world_size), gloo_options));
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
       group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
 #ifdef HETSEQ_WITH_CUDA
@@ -91,8 +105,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
       }
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = options.timeout;
-      auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank),
-                                                                  static_cast<int>(world_size), nccl_options);
+      auto backend = checked(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank),
+                                                                          static_cast<int>(world_size), nccl_options));
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
       return group;
@@ -101,7 +115,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
 #endif
     }
   } catch (const c10::Error& e) {
-    throw InputError(fmt::format("rank {}: the {} process group of {} ranks failed to connect: {}", rank,
+    throw PeerError(fmt::format("rank {}: the {} process group of {} ranks failed to connect: {}", rank,
                                  options.backend, world_size, e.what_without_backtrace()));
   }
   throw UsageError(fmt::format("--distributed-backend: '{}' is not one of gloo, nccl", options.backend));

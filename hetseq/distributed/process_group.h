@@ -16,6 +16,11 @@ struct ProcessGroupOptions {
   /// The rendezvous host (tcp://, env://), when there is one: Gloo listens on the local address
   /// that routes to it. GLOO_SOCKET_IFNAME, when set, names the interface instead.
   std::string master_host;
+  /// --debug-collectives: every collective is first checked across the ranks (operation, tensor sizes,
+  /// dtypes, devices) by c10d's ProcessGroupWrapper over a second Gloo group, so that ranks that reach
+  /// different collectives fail with an error naming the rank and the operation instead of hanging or
+  /// reducing mismatched buffers. Costs a small allgather and a barrier per collective.
+  bool debug_collectives = false;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for

@@ -82,10 +82,12 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 // ranks reported the last time they agreed (0 before the first call); a rank that reports another
 // count sends zeros in place of its values, and the collective tells every rank so. The updates keep
 // their n apart from the other sums (validation, the per-rank summary's gathers: Channel), so that
-// those do not cost the next update a round.
+// those do not cost the next update a round. V (V_r) is the rank's vote to stop the run after this
+// update (Note [Clean stops]): 0 or 1, summed like the count, so every rank learns the number of votes
+// from the first collective whatever the names.
 //
 // Fast (--fast-stat-sync): one allreduce(SUM) of a float64 tensor
-//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} | S ]
+//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} | S | V ]
 // where the v are the values in the order of their sorted names, and rank r writes the 32-bit hash
 // h_r of its names and their count c_r into its own pair of slots (zeros elsewhere). Integers below
 // 2^53 add exactly in float64, so every rank ends up with every rank's (h, c), and every rank takes
@@ -100,7 +102,7 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 //    training and validation): every rank now knows the new n and sends its values again at that
 //    size. So a change of names costs one more small allreduce.
 //
-// Gathered (the default): one allgather of a float64 row per rank, [ s_r | h_r | c_r | v_0 .. v_{n-1} ].
+// Gathered (the default): one allgather of a float64 row per rank, [ s_r | h_r | c_r | V_r | v_0 .. v_{n-1} ].
 // When every rank sent the same (h, c) with c = n, each rank keeps every rank's values (for per-rank
 // logging) and adds them in rank order, so that every rank gets bitwise the same totals. Otherwise
 // (the names changed, or differ between ranks) every rank falls back to the serialised sums: an
@@ -124,20 +126,21 @@ void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
   try {
     work->wait();
   } catch (const std::exception& e) {
-    throw InputError(fmt::format(
+    throw PeerError(fmt::format(
         "rank {} of {}: the {} of the statistics failed: {} (a peer died, fell behind past the process group's "
         "timeout, or reached a different collective)",
         rank_, world_size_, what, e.what()));
   }
 }
 
-void StatSync::start(const LogSums& local, Channel channel) {
+void StatSync::start(const LogSums& local, Channel channel, bool stop) {
   HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
   extra_rounds_ = 0;
-  launch(local, channel, agreed_count_[channel]);
+  stop_votes_ = 0;
+  launch(local, channel, agreed_count_[channel], stop);
 }
 
-void StatSync::launch(const LogSums& local, Channel channel, int64_t count) {
+void StatSync::launch(const LogSums& local, Channel channel, int64_t count, bool stop) {
   const int64_t n = static_cast<int64_t>(local.size());
   const double hash = static_cast<double>(hash_names(local));
   const double sample_size = sum_or(local, "sample_size");
@@ -145,9 +148,10 @@ void StatSync::launch(const LogSums& local, Channel channel, int64_t count) {
   p.local = local;
   p.channel = channel;
   p.count = count;
+  p.stop = stop;
   torch::Tensor row;
   if (fast_) {
-    row = torch::zeros({count + 2 * world_size_ + 1}, torch::TensorOptions().dtype(torch::kFloat64));
+    row = torch::zeros({count + 2 * world_size_ + 2}, torch::TensorOptions().dtype(torch::kFloat64));
     auto a = row.accessor<double, 1>();
     if (n == count) {
       int64_t i = 0;
@@ -156,14 +160,16 @@ void StatSync::launch(const LogSums& local, Channel channel, int64_t count) {
     a[count + 2 * rank_] = hash;
     a[count + 2 * rank_ + 1] = static_cast<double>(n);
     a[count + 2 * world_size_] = sample_size;
+    a[count + 2 * world_size_ + 1] = stop ? 1.0 : 0.0;
   } else {
-    row = torch::zeros({3 + count}, torch::TensorOptions().dtype(torch::kFloat64));
+    row = torch::zeros({4 + count}, torch::TensorOptions().dtype(torch::kFloat64));
     auto a = row.accessor<double, 1>();
     a[0] = sample_size;
     a[1] = hash;
     a[2] = static_cast<double>(n);
+    a[3] = stop ? 1.0 : 0.0;
     if (n == count) {
-      int64_t i = 3;
+      int64_t i = 4;
       for (const auto& [name, value] : local) a[i++] = value;
     }
   }
@@ -189,6 +195,11 @@ const std::vector<torch::Tensor>& StatSync::rows() {
       rows_.push_back(pending_->in[0].cpu());
     } else {
       for (const auto& t : pending_->out[0]) rows_.push_back(t.cpu());
+    }
+    stop_votes_ = 0;
+    for (const auto& row : rows_) {
+      const auto a = row.accessor<double, 1>();
+      stop_votes_ += static_cast<int64_t>(fast_ ? a[pending_->count + 2 * world_size_ + 1] : a[3]);
     }
   }
   return rows_;
@@ -260,7 +271,7 @@ LogSums StatSync::finish_fast() {
     if (n != count) {
       agreed_count_[pending_->channel] = n;  // every rank has n names now: send the values again at that size
       ++extra_rounds_;
-      launch(local, pending_->channel, n);
+      launch(local, pending_->channel, n, pending_->stop);
       continue;
     }
     LogSums total;
@@ -295,7 +306,7 @@ LogSums StatSync::finish_gathered() {
   for (const torch::Tensor& row : r) {
     const auto a = row.accessor<double, 1>();
     LogSums sums;
-    int64_t i = 3;
+    int64_t i = 4;
     for (const auto& [name, value] : local) sums[name] = a[i++];
     for (const auto& [name, value] : sums) total[name] += value;
     per_rank_.push_back(std::move(sums));

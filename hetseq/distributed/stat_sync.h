@@ -28,7 +28,8 @@ class StatSync {
   /// Starts summing `local` over the ranks and returns without waiting: one collective, which runs
   /// while the caller goes on (backward). Every rank must call it at the same point, and call
   /// finish() before the next start().
-  void start(const LogSums& local, Channel channel = kOther);
+  /// `stop`: this rank's vote to stop the run (see Note [Clean stops]), counted in last_stop_votes().
+  void start(const LogSums& local, Channel channel = kOther, bool stop = false);
   /// Whether a sum was started and not finished.
   bool started() const { return pending_.has_value(); }
   /// The local sums the unfinished sum was started with.
@@ -50,19 +51,22 @@ class StatSync {
   /// The collectives the last finish() had to start after start()'s own, and wait for: 0 in the
   /// steady state, more when the names changed. The counter of blocking statistics round trips.
   int64_t last_extra_rounds() const { return extra_rounds_; }
+  /// The number of ranks that voted to stop in the last started sum (known once it was waited for).
+  int64_t last_stop_votes() const { return stop_votes_; }
 
  private:
   struct Pending {
     LogSums local;
     Channel channel = kOther;
     int64_t count = 0;                        // the agreed number of names the buffer was laid out for
+    bool stop = false;                        // this rank's vote to stop
     c10::intrusive_ptr<c10d::Work> work;
     std::vector<torch::Tensor> in;            // fast: the summed buffer; gathered: this rank's row
     std::vector<std::vector<torch::Tensor>> out;  // gathered: [0][rank] every rank's row
     bool waited = false;
   };
   /// Lays out `local` for `count` agreed names and starts the collective.
-  void launch(const LogSums& local, Channel channel, int64_t count);
+  void launch(const LogSums& local, Channel channel, int64_t count, bool stop);
   /// Waits for the pending collective (once) and returns the rows: fast, one summed row; gathered,
   /// one row per rank. On the host.
   const std::vector<torch::Tensor>& rows();
@@ -83,6 +87,7 @@ class StatSync {
   std::vector<torch::Tensor> rows_;  // the pending collective's result on the host
   std::vector<LogSums> per_rank_;    // [rank]
   int64_t extra_rounds_ = 0;
+  int64_t stop_votes_ = 0;
 };
 
 }  // namespace hetseq

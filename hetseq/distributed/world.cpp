@@ -28,7 +28,9 @@ std::atomic<bool> g_joined{false};  // a distributed World of this process has j
 // Whether the flags and the environment make this worker one of several.
 bool is_distributed(const WorldOptions& o, const std::map<std::string, std::string>& env) {
   if (o.world_size.value_or(1) > 1) return true;
-  if (o.init_method == "env://") return env.count("WORLD_SIZE") != 0;
+  if (o.init_method == "env://" || (o.init_method.empty() && launched_by_torchrun(env))) {
+    return env.count("WORLD_SIZE") != 0;
+  }
   if (o.init_method.empty()) return env.count("SLURM_NTASKS") != 0 && env.at("SLURM_NTASKS") != "1";
   return false;
 }
@@ -46,19 +48,32 @@ bool is_distributed(const WorldOptions& o, const std::map<std::string, std::stri
 // process group; leave() runs the final barrier and exits at once, because Gloo's teardown has been
 // seen to spin for minutes. Gloo is registered for CPU and, where LibTorch has CUDA, CUDA tensors, so
 // that a GPU rank can train with CPU ranks over Gloo.
-World::World(const WorldOptions& o) : timeout_(o.timeout) {
+//
+// Under torchrun (TORCHELASTIC_RUN_ID set) an empty --distributed-init-method means env://, and when
+// the agent says TORCHELASTIC_USE_AGENT_STORE it already hosts the store at MASTER_ADDR:MASTER_PORT,
+// so rank 0 connects to it as a client instead of trying to host one there. That store outlives a
+// restart of the workers, so every key carries the attempt (Note [Rendezvous keys]).
+World::World(const WorldOptions& o)
+    : timeout_(o.timeout),
+      rendezvous_timeout_(o.rendezvous_timeout),
+      checkpoint_timeout_(o.checkpoint_timeout),
+      debug_collectives_(o.debug_collectives) {
   const auto environment = process_environment();
   distributed_ = is_distributed(o, environment);
   rendezvous_.init_method = o.init_method;
+  if (rendezvous_.init_method.empty() && launched_by_torchrun(environment)) rendezvous_.init_method = "env://";
   rendezvous_.world_size = o.world_size;
   rendezvous_.rank = o.rank;
-  rendezvous_.timeout = o.timeout;
+  rendezvous_.timeout = o.rendezvous_timeout;
   if (distributed_) {
-    const InitMethod method = parse_init_method(o.init_method, environment);
+    const InitMethod method = parse_init_method(rendezvous_.init_method, environment);
     const bool from_environment = method.kind == InitMethod::Kind::kEnv || method.kind == InitMethod::Kind::kSlurm;
     if (from_environment && !o.rank_given) rendezvous_.rank.reset();  // RANK / SLURM_PROCID say
     resolve_ranks(method, environment, rendezvous_, local_rank_);
-    rendezvous_.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0;
+    // torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT and says so (Note [Joining a world]).
+    const auto agent = environment.find("TORCHELASTIC_USE_AGENT_STORE");
+    const bool agent_store = agent != environment.end() && (agent->second == "True" || agent->second == "1");
+    rendezvous_.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0 || agent_store;
     if (method.kind != InitMethod::Kind::kFile) master_host_ = method.host;
   } else {
     rendezvous_.world_size = 1;
@@ -86,18 +101,19 @@ std::vector<WorkerInfo> World::join(WorkerInfo mine) {
   if (!distributed_) return {mine};
   joined_ = rendezvous(rendezvous_);
   g_joined = true;
-  auto infos = exchange_worker_info(*joined_->store, mine, timeout_);
+  auto infos = exchange_worker_info(*joined_->store, mine, rendezvous_timeout_);
   ProcessGroupOptions pg;
   pg.backend = backend_;
   pg.timeout = timeout_;
   pg.master_host = master_host_;
+  pg.debug_collectives = debug_collectives_;
   group_ = make_process_group(joined_->store, rank_, world_size_, pg);
   return infos;
 }
 
 void World::leave(int exit_code) {
   if (!joined_) return;
-  leave_rendezvous(*joined_, timeout_);
+  leave_rendezvous(*joined_, rendezvous_timeout_);
   exit_at_once(exit_code);
 }
 

@@ -24,7 +24,10 @@ struct WorldOptions {
   int64_t device_id = 0;              // --device-id: this worker's device on its node
   bool cpu = false;                   // --cpu
   std::string backend;                // --distributed-backend (empty: nccl on CUDA, else gloo)
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout: per collective
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(5)};  // --rendezvous-timeout: start and end
+  std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};    // --checkpoint-timeout (SaveFence)
+  bool debug_collectives = false;     // --debug-collectives: every collective checked across ranks
 };
 
 /// The ranks of a run and how they talk: rank, world size, this worker's device, and, once joined,
@@ -59,6 +62,7 @@ class World {
   /// The collective backend: --distributed-backend, else nccl on CUDA, else gloo.
   const std::string& backend() const { return backend_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds checkpoint_timeout() const { return checkpoint_timeout_; }
 
   /// The rendezvous store (null before join() and for a single process).
   c10::intrusive_ptr<c10d::Store> store() const { return joined_ ? joined_->store : nullptr; }
@@ -73,6 +77,9 @@ class World {
   torch::Device device_ = torch::kCPU;
   std::string backend_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds rendezvous_timeout_;
+  std::chrono::milliseconds checkpoint_timeout_;
+  bool debug_collectives_ = false;
   RendezvousOptions rendezvous_;
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
   std::optional<Rendezvous> joined_;

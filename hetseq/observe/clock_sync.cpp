@@ -14,7 +14,7 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, int64_t rank, int64_t 
   try {
     work->wait();
   } catch (const std::exception& e) {
-    throw InputError(fmt::format("rank {} of {}: aligning the ranks' clocks for --trace-dir failed: {} (a peer died "
+    throw PeerError(fmt::format("rank {} of {}: aligning the ranks' clocks for --trace-dir failed: {} (a peer died "
                                  "or does not trace: every rank needs --trace-dir, or none)",
                                  rank, world, e.what()));
   }

@@ -47,6 +47,12 @@ class GradientReducer {
   virtual LogSums finish_update(const LogSums& local) = 0;
   /// Sums statistics over all ranks without touching gradients (validation).
   virtual LogSums reduce_sums(const LogSums& local) = 0;
+  /// This rank's vote to stop the run after the coming update (a signal arrived; see Note [Clean
+  /// stops]). The training loop calls it on every rank before each update; a distributed
+  /// implementation sends the vote with the update's statistics, so agreeing costs no round trip.
+  void vote_stop(bool stop) { stop_vote_ = stop; }
+  /// After finish_update: whether any rank voted to stop in that update; the same on every rank.
+  virtual bool stop_agreed() const { return stop_vote_; }
   /// Seconds the last update's backward spent waiting on communication after its last gradient was
   /// ready (0 for one process): the straggler signal, apart from compute.
   virtual double last_wait_s() const { return last_timing().exposed_s; }
@@ -60,6 +66,9 @@ class GradientReducer {
   /// that take a gradient]; empty where there are no buckets. Checkpoints keep it, because with three
   /// or more ranks the layout changes the sums' rounding (Note [Bucketed reduction]).
   virtual std::vector<std::vector<int64_t>> bucket_layout() const { return {}; }
+
+ protected:
+  bool stop_vote_ = false;  // this rank's vote for the coming update
 };
 
 /// One process: the local gradient and sums are already the totals.

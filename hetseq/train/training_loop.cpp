@@ -59,6 +59,14 @@ int64_t TrainingLoop::run(IteratorPosition start) {
     if (!train_epoch(epoch)) break;
     lr = end_epoch(epoch);
     ++epoch;
+    if (stopping_) {
+      // Stopped by the last update of an epoch: the epoch has ended as usual; continue from the next.
+      Checkpointer* ck = parts_.checkpointer;
+      if (ck && ck->enabled() && !ck->saved_at(parts_.controller->num_updates())) {
+        save(epoch - 1, true, IteratorPosition{epoch, 0}, std::nullopt);
+      }
+      break;
+    }
   }
   if (parts_.tracer) parts_.tracer->finish();
   for (const auto& o : observers_) o->on_train_end(last_trained, parts_.controller->num_updates());
@@ -83,7 +91,13 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   UpdateRecord record;
   record.times.data_s = seconds_since(t0);
   const auto t1 = Clock::now();
+  parts_.reducer->vote_stop(options_.stop_requested && options_.stop_requested());
   const UpdateResult result = controller.train_update(batches);
+  if (parts_.reducer->stop_agreed() && !stopping_) {
+    stopping_ = true;
+    log::info("[train] a stop was requested (SIGTERM or SIGINT): stopping after update {}, epoch {}",
+              controller.num_updates(), epoch);
+  }
   const double step_s = seconds_since(t1);
   const ReductionTiming comm = parts_.reducer->last_timing();
   record.times.comm_wait_s = comm.exposed_s;
@@ -113,11 +127,11 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   for (const auto& o : observers_) o->on_epoch_begin(epoch);
   const int64_t total = stream_->updates_left();
   Checkpointer* ck = parts_.checkpointer;
-  for (int64_t i = 1; !stream_->end_of_epoch() && !update_limit_reached(); ++i) {
+  for (int64_t i = 1; !stream_->end_of_epoch() && !update_limit_reached() && !stopping_; ++i) {
     const int64_t before = controller.num_updates();
     run_update(epoch, i, total);
     const bool applied = controller.num_updates() > before;
-    if (applied && ck && !stream_->end_of_epoch() && ck->due_after_update(controller.num_updates())) {
+    if (applied && ck && !stopping_ && !stream_->end_of_epoch() && ck->due_after_update(controller.num_updates())) {
       save(epoch, false, stream_->position(), validate(epoch).metric);
     }
   }
@@ -125,9 +139,10 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   for (const auto& o : observers_) o->add_epoch_stats(epoch, stats);
   for (const auto& o : observers_) o->on_epoch_end(epoch, stats);
   if (stream_->end_of_epoch()) return true;
-  // Stopped inside the epoch (--max-update): a checkpoint to continue from.
+  // Stopped inside the epoch (--max-update, or a stop signal): a checkpoint to continue from. A stop
+  // does not validate first: the supervisor's grace period is short (Note [Clean stops]).
   if (ck && ck->enabled() && !ck->saved_at(controller.num_updates())) {
-    save(epoch, false, stream_->position(), validate(epoch).metric);
+    save(epoch, false, stream_->position(), stopping_ ? std::nullopt : validate(epoch).metric);
   }
   return false;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +31,9 @@ struct TrainingLoopOptions {
   int64_t num_workers = 1;                          // --num-workers
   /// A run resumed inside an epoch continues that epoch's meters (false with --reset-meters).
   bool continue_epoch_meters = true;
+  /// Whether this rank was asked to stop (SIGTERM, SIGINT); null: never. Read before every update,
+  /// agreed over the ranks with the update's statistics. See Note [Clean stops].
+  std::function<bool()> stop_requested;
 };
 
 /// The data and the parts one rank trains with.
@@ -57,6 +61,9 @@ class TrainingLoop {
   /// Trains from `start` (a fresh run: epoch 1, offset 0; a resumed one: the checkpoint's position)
   /// until a limit is reached. Returns the last epoch trained.
   int64_t run(IteratorPosition start);
+  /// Whether run() ended because the ranks agreed to stop (see Note [Clean stops]); checkpoint_last.pt
+  /// then holds the last finished update.
+  bool stopped() const { return stopping_; }
 
   /// Trains the updates of `epoch` that remain (all of them, or up to --max-update). Returns true when
   /// the epoch was trained to its end.
@@ -82,6 +89,7 @@ class TrainingLoop {
   std::unique_ptr<UpdateStream> stream_;
   int64_t plan_version_ = -1;  // the PlanSchedule version the stream follows
   bool first_epoch_ = true;
+  bool stopping_ = false;  // the ranks agreed to stop after the last update
   bool resumed_inside_epoch_ = false;
 };
 

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "bert/shard_writer.h"
+#include "hetseq/core/error.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -76,7 +77,7 @@ TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the fi
   write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));
   const auto r = train({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
                         "--max-sentences", "4", "--max-update", "2", "--save-dir", dir / "save"});
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == hetseq::kExitInput);
   CHECK_THAT(r.err, Catch::Contains("toy_train_0.hdf5") && Catch::Contains("'masked_lm_ids' is missing"));
   const auto missing_config = train({"--task", "bert", "--data", dir.path(), "--max-sentences", "4"});
   CHECK(missing_config.exit_code == 2);
@@ -85,7 +86,7 @@ TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the fi
   write_shard(good / "toy_train_0.hdf5", make_shard(8, 16, 4));
   const auto no_split = train({"--task", "bert", "--data", good.path(), "--config_file", kTinyConfig, "--cpu",
                                "--max-sentences", "4", "--valid-subset", "valid", "--save-dir", dir / "save"});
-  CHECK(no_split.exit_code == 1);
+  CHECK(no_split.exit_code == hetseq::kExitInput);
   CHECK_THAT(no_split.err, Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
 }
 
@@ -117,9 +118,9 @@ TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights and r
   weights["embeddings.position_embeddings.weight"] = torch::zeros({128, 128});
   write_safetensors(dir / "hf/model.safetensors", weights);
   const auto bad = train(with(dir / "hf"));
-  CHECK(bad.exit_code == 1);
+  CHECK(bad.exit_code == hetseq::kExitInput);
   CHECK_THAT(bad.err, Catch::Contains("model.safetensors") && Catch::Contains("embeddings.position_embeddings.weight"));
   const auto missing = train(with(dir / "nowhere"));
-  CHECK(missing.exit_code == 1);
+  CHECK(missing.exit_code == hetseq::kExitInput);
   CHECK_THAT(missing.err, Catch::Contains("--init-from") && Catch::Contains("nowhere"));
 }

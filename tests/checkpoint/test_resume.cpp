@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/subprocess.h"
@@ -219,19 +220,19 @@ TEST_CASE("bad checkpoints and resume mismatches are clear errors", "[checkpoint
   for (const std::string name : {"truncated.pt", "flipped.pt"}) {
     const auto r = run_process(with(base, {"--max-update", "4", "--restore-file", dir / name}), 120s);
     INFO(r.err);
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Contains(dir / name));
   }
   const auto missing = run_process(with(base, {"--max-update", "4", "--restore-file", dir / "nope.pt"}), 120s);
-  CHECK(missing.exit_code == 1);
+  CHECK(missing.exit_code == hetseq::kExitInput);
   CHECK_THAT(missing.err, Contains("--restore-file") && Contains("nope.pt"));
 
   const auto other_model = run_process(with(base, {"--max-update", "4", "--hidden-units", "64"}), 120s);
-  CHECK(other_model.exit_code == 1);
+  CHECK(other_model.exit_code == hetseq::kExitInput);
   CHECK_THAT(other_model.err, Contains(last) && Contains("other parameters"));
 
   const auto sgd = run_process(with(base, {"--max-update", "4", "--optimizer", "sgd"}), 120s);
-  CHECK(sgd.exit_code == 1);
+  CHECK(sgd.exit_code == hetseq::kExitInput);
   CHECK_THAT(sgd.err, Contains("--reset-optimizer"));
   // With the reset, the run continues from the saved weights and update count with a new optimizer.
   const auto reset = run_process(with(base, {"--max-update", "4", "--optimizer", "sgd", "--reset-optimizer",

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "hetseq/core/error.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -84,7 +85,7 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
   const std::string save = dir / "save";
   SECTION("missing data directory") {
     const auto r = train({"--task", "mnist", "--data", dir / "nowhere", "--max-sentences", "64", "--save-dir", save});
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("nowhere"));
     CHECK(!fs::exists(fs::path(save) / "checkpoint_last.pt"));
   }
@@ -96,7 +97,7 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
     }
     std::ofstream(fs::path(data) / "train-images-idx3-ubyte") << "this is not an IDX file at all";
     const auto r = train({"--task", "mnist", "--data", data, "--max-sentences", "64", "--save-dir", save});
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("train-images-idx3-ubyte"));
     CHECK(!fs::exists(fs::path(save) / "checkpoint_last.pt"));
   }
@@ -104,7 +105,7 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
     const std::string file = dir / "a-file";
     std::ofstream(file) << "x";
     const auto r = train({"--task", "mnist", "--max-sentences", "64", "--save-dir", file + "/sub"});
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("--save-dir") && Catch::Contains("a-file"));
   }
 }

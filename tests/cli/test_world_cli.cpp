@@ -2,6 +2,7 @@
 // and ranks that disagree on a flag stopped at start with the flag, two ranks and their two values.
 #include <catch2/catch.hpp>
 
+#include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/subprocess.h"
 
@@ -66,7 +67,7 @@ TEST_CASE("ranks that differ in a compared flag or in their data stop at start a
       const auto results = run_processes(commands, 120s);
       for (int r = 0; r < 2; ++r) {
         INFO("rank " << r << " stderr:\n" << results[r].err);
-        CHECK(results[r].exit_code == 1);
+        CHECK(results[r].exit_code == hetseq::kExitInput);
         CHECK_THAT(results[r].err, Catch::Contains(c.message));
         CHECK_THAT(results[r].err, !Catch::Contains("[train] done"));
       }

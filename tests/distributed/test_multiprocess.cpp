@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/subprocess.h"
@@ -141,7 +142,7 @@ TEST_CASE("a worker killed mid-training makes the others fail with a clear error
     const auto result = ranks[r]->wait(90s);
     INFO("rank " << r << " stderr:\n" << result.err);
     CHECK(!result.timed_out);
-    CHECK(result.exit_code != 0);
+    CHECK(result.exit_code == hetseq::kExitPeerLost);  // restartable: see the README's exit codes
     // One line from the driver: this rank, the collective that failed (the gradient allreduce or the
     // statistics, by timing) and Gloo's word for the closed socket of the dead peer.
     CHECK_THAT(result.err, Catch::Contains("hetseq-train: error: rank " + std::to_string(r) + " of 3: the ") &&
@@ -161,7 +162,7 @@ TEST_CASE("a rank that never arrives is named in the error", "[distributed][mult
                                    "--distributed-timeout", "3"}),
                              60s);
   CHECK(!r.timed_out);
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == hetseq::kExitPeerLost);
   CHECK_THAT(r.err, Catch::Contains("rank(s) 1 of 2 never arrived"));
 }
 
@@ -179,13 +180,16 @@ TEST_CASE("ranks that disagree on world size or model get a clear error", "[dist
     for (const auto& r : results) {
       INFO(r.err);
       CHECK(!r.timed_out);
-      CHECK(r.exit_code == 1);
+      CHECK(r.exit_code == hetseq::kExitPeerLost);
     }
-    // Rank 1 (world size 3) waits at the rendezvous for a rank 2 that does not exist; rank 0 (world
-    // size 2) passes it with rank 1 and then waits for rank 1's start information.
-    CHECK_THAT(results[1].err, Catch::Contains("hetseq-train: error: rank 1: rank(s) 2 of 3 never arrived within 5 s"));
-    CHECK_THAT(results[0].err,
-               Catch::Contains("hetseq-train: error: rank 0: rank 1 never published its start information within 5 s"));
+    // Each waits at the start barrier of its own world size (Note [Rendezvous keys]) and names the
+    // rank that came for a world of another size.
+    CHECK_THAT(results[1].err, Catch::Contains("hetseq-train: error: rank 1: rank(s) 0, 2 of 3 never arrived within "
+                                               "5 s; rank 0 (host ") &&
+                                   Catch::Contains(") was started with --distributed-world-size 2"));
+    CHECK_THAT(results[0].err, Catch::Contains("hetseq-train: error: rank 0: rank(s) 1 of 2 never arrived within 5 s; "
+                                               "rank 1 (host ") &&
+                                   Catch::Contains(") was started with --distributed-world-size 3"));
   }
   SECTION("model") {
     const auto results = run_processes(
@@ -198,7 +202,7 @@ TEST_CASE("ranks that disagree on world size or model get a clear error", "[dist
     for (const auto& r : results) {
       INFO(r.err);
       CHECK(!r.timed_out);
-      CHECK(r.exit_code == 1);
+      CHECK(r.exit_code == hetseq::kExitInput);
       CHECK_THAT(r.err, Catch::Contains("disagree on model") && Catch::Contains("rank 1"));
     }
   }
@@ -278,13 +282,15 @@ TEST_CASE("a file rendezvous is removed after a run and a stale one is a clear e
     CHECK(!std::filesystem::exists(rdv));
   }
   // A file left by a killed run: rank 0 finds its own arrival from before.
-  {
+  {  // The first run's generation and rank 0's claim, by a process that is gone (Note [Rendezvous keys]).
     c10d::FileStore stale(rdv, 2);
-    stale.set("hetseq/arrived/0", std::vector<uint8_t>{1});
+    const std::string gen = "g1-1";
+    stale.set("hetseq/run/0/generation", std::vector<uint8_t>(gen.begin(), gen.end()));
+    stale.add("hetseq/run/0/g1-1/rank/0", 1);
   }
   const auto results = run_processes(ranks(dir / "stale"), 120s);
   INFO(results[0].err);
-  CHECK(results[0].exit_code == 1);
+  CHECK(results[0].exit_code == hetseq::kExitInput);
   CHECK_THAT(results[0].err, Catch::Contains("earlier run") && Catch::Contains(rdv));
   CHECK(!results[1].timed_out);
 }

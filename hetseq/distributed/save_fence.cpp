@@ -1,0 +1,110 @@
+#include "hetseq/distributed/save_fence.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
+
+namespace hetseq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kBeat = std::chrono::milliseconds(500);  // rank 0's heartbeat period
+constexpr auto kPoll = std::chrono::milliseconds(50);   // how often the others look
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+// Note [Checkpoint fence]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Only rank 0 writes a checkpoint, and the other ranks' next step is a collective, which would wait
+// for rank 0 under --distributed-timeout: a save slower than that (multi-GB state on a shared
+// filesystem) failed the run. So every rank passes a fence at each save point. Rank 0 writes while a
+// thread adds 1 to "save/<id>/beat" every 0.5 s, then sets "save/<id>/done" to "ok" or to its error.
+// The others wait for "done" on the store, not in a collective: they give up only when the heartbeat
+// has not moved for --distributed-timeout (rank 0 died or hangs: a lost peer, as a collective would
+// have said) or the save has run past --checkpoint-timeout. A rank 0 that died while hosting the TCP
+// store fails their next look at once. The fence costs one store round trip per rank and save.
+
+SaveFence::SaveFence(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
+                     std::chrono::milliseconds liveness, std::chrono::milliseconds limit)
+    : store_(std::move(store)), rank_(rank), world_size_(world_size), liveness_(liveness), limit_(limit) {
+  HETSEQ_ASSERT(store_, "SaveFence without a store");
+}
+
+void SaveFence::run(int64_t id, const std::function<void()>& write) {
+  const std::string beat_key = fmt::format("save/{}/beat", id);
+  const std::string done_key = fmt::format("save/{}/done", id);
+  if (rank_ == 0) {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool finished = false;
+    std::thread heart([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (!wake.wait_for(lock, kBeat, [&] { return finished; })) {
+        try {
+          store_->add(beat_key, 1);
+        } catch (const std::exception&) {
+          return;  // the store is gone: the others will notice
+        }
+      }
+    });
+    auto stop_heart = [&] {
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        finished = true;
+      }
+      wake.notify_all();
+      heart.join();
+    };
+    try {
+      write();
+    } catch (const std::exception& e) {
+      stop_heart();
+      store_->set(done_key, bytes_of(fmt::format("rank 0 could not write the checkpoint: {}", e.what())));
+      throw;
+    }
+    stop_heart();
+    store_->set(done_key, bytes_of("ok"));
+    return;
+  }
+  const auto start = Clock::now();
+  int64_t last_beat = -1;
+  auto last_change = start;
+  try {
+    while (!store_->check({done_key})) {
+      const auto now = Clock::now();
+      const int64_t beat = store_->add(beat_key, 0);
+      if (beat != last_beat) {
+        last_beat = beat;
+        last_change = now;
+      }
+      if (now - last_change > liveness_) {
+        throw PeerError(fmt::format("rank {} of {}: rank 0 stopped showing progress while writing the checkpoint at "
+                                    "update {} (no heartbeat for {} s, --distributed-timeout)",
+                                    rank_, world_size_, id,
+                                    std::chrono::duration_cast<std::chrono::seconds>(liveness_).count()));
+      }
+      if (now - start > limit_) {
+        throw PeerError(fmt::format("rank {} of {}: rank 0 took more than --checkpoint-timeout {} s to write the "
+                                    "checkpoint at update {}; raise --checkpoint-timeout for large models on slow disks",
+                                    rank_, world_size_,
+                                    std::chrono::duration_cast<std::chrono::seconds>(limit_).count(), id));
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+  } catch (const c10::Error& e) {
+    throw PeerError(fmt::format("rank {} of {}: lost the store while rank 0 wrote the checkpoint at update {}: {}",
+                                rank_, world_size_, id, e.what_without_backtrace()));
+  }
+  const std::vector<uint8_t> verdict = store_->get(done_key);
+  const std::string text(verdict.begin(), verdict.end());
+  if (text != "ok") throw InputError(fmt::format("rank {} of {}: {}", rank_, world_size_, text));
+}
+
+}  // namespace hetseq

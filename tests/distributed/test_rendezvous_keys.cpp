@@ -1,0 +1,122 @@
+// The run's keys in the rendezvous store (Note [Rendezvous keys]): prefixes per run and attempt,
+// arrivals counted with add(), a rank claimed twice; and the checkpoint fence (Note [Checkpoint fence]).
+#include <regex>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "hetseq/core/error.h"
+#include "hetseq/distributed/rendezvous.h"
+#include "hetseq/distributed/save_fence.h"
+#include "support/rank_threads.h"
+#include "support/subprocess.h"
+
+using namespace hetseq;
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+using Catch::Contains;
+
+TEST_CASE("every key of a run carries its run id and attempt", "[rendezvous][keys]") {
+  CHECK(store_prefix({}) == "hetseq/run/0/");
+  CHECK(store_prefix({{"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}) == "hetseq/job7/2/");
+  CHECK(store_prefix({{"SLURM_JOB_ID", "41"}, {"SLURM_STEP_ID", "3"}}) == "hetseq/slurm-41.3/0/");
+  CHECK(store_prefix({{"SLURM_JOB_ID", "41"}, {"SLURM_RESTART_COUNT", "1"}}) == "hetseq/slurm-41/1/");
+  // torchrun inside a Slurm job: torchrun's attempt is the one that changes on a restart.
+  CHECK(store_prefix({{"SLURM_JOB_ID", "41"}, {"TORCHELASTIC_RUN_ID", "r"}, {"TORCHELASTIC_RESTART_COUNT", "1"}}) ==
+        "hetseq/r/1/");
+}
+
+TEST_CASE("the start barrier opens once for all ranks and names the missing ones on a timeout",
+          "[rendezvous][keys]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::exception_ptr> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        store_barrier(*store, "arrived", r, 3, 20s, "");
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) CHECK(!errors[r]);
+  CHECK(store->add("arrived/w3/count", 0) == 3);
+
+  // Ranks 0 and 2 of 4 arrive, 1 and 3 never do.
+  auto lonely = c10::make_intrusive<c10d::HashStore>();
+  std::exception_ptr error;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread two([&] {
+    try {
+      store_barrier(*lonely, "arrived", 2, 4, 1s, "");
+    } catch (...) {
+    }
+  });
+  try {
+    store_barrier(*lonely, "arrived", 0, 4, 1s, "; hint");
+  } catch (...) {
+    error = std::current_exception();
+  }
+  two.join();
+  REQUIRE(error);
+  CHECK(is_a<PeerError>(error));
+  CHECK(message_of(error) == "rank 0: rank(s) 1, 3 of 4 never arrived within 1 s; hint");
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+}
+
+TEST_CASE("the checkpoint fence holds the other ranks for a slow save and reports rank 0's failure",
+          "[rendezvous][fence]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  // A save of 3 s with 1 s of liveness: rank 0 beats, so the others wait it out.
+  std::vector<std::exception_ptr> errors(3);
+  std::vector<double> waited(3, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      SaveFence fence(store, r, 3, 1s, 60s);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        fence.run(7, [] { std::this_thread::sleep_for(3s); });
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+      waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << (errors[r] ? message_of(errors[r]) : "ok"));
+    CHECK(!errors[r]);
+    CHECK(waited[r] >= 2.9);
+  }
+
+  // Rank 0's write fails: every other rank gets its message.
+  std::exception_ptr other;
+  std::thread one([&] {
+    try {
+      SaveFence(store, 1, 2, 5s, 60s).run(8, [] {});
+    } catch (...) {
+      other = std::current_exception();
+    }
+  });
+  CHECK_THROWS_WITH(SaveFence(store, 0, 2, 5s, 60s).run(8, [] { throw InputError("--save-dir /x: disk full"); }),
+                    "--save-dir /x: disk full");
+  one.join();
+  REQUIRE(other);
+  CHECK(message_of(other) == "rank 1 of 2: rank 0 could not write the checkpoint: --save-dir /x: disk full");
+  CHECK(!is_a<PeerError>(other));
+
+  // Rank 0 never comes (died): no heartbeat, a lost peer after the liveness timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    SaveFence(store, 1, 2, 1s, 60s).run(9, [] {});
+    FAIL("the fence returned without rank 0");
+  } catch (const PeerError& e) {
+    CHECK_THAT(e.what(), Contains("rank 0 stopped showing progress while writing the checkpoint at update 9 (no "
+                                  "heartbeat for 1 s, --distributed-timeout)"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
