@@ -1,9 +1,6 @@
 // Level 2: hetseq-train under torchrun (the elastic agent of the pinned torch wheel): its agent's
-// store, restarts after a killed worker, and a world that shrinks when an agent dies. See Note
-// [Joining a world] and Note [Rendezvous keys].
-#include <netinet/in.h>
+// store and restarts after a killed worker. See Note [Joining a world] and Note [Rendezvous keys].
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -47,19 +44,6 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
 std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-// A port the kernel says is free now (the agents' rendezvous endpoint must be given up front).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // The environment of process `pid` as a map (empty when it is gone).
@@ -174,42 +158,4 @@ TEST_CASE("torchrun restarts the workers after one is killed, and they resume ex
   check_same_training_state(load_checkpoint(dir / "straight/checkpoint_last.pt"),
                             load_checkpoint(dir / "killed/checkpoint_last.pt"));
   CHECK(samples_used(dir / "killed-ids", 2, resumed_at, 2) == iota_of(480));
-}
-
-TEST_CASE("torchrun elastic: when one of two agents dies, the other finishes alone from the last checkpoint",
-          "[cluster][torchrun]") {
-  TempDir dir;
-  write_random_mnist(dir.path(), 800, 16);  // 50 updates of 16 on two workers
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  auto agent = [&](const std::string& name) {
-    return cat({torchrun(), "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                endpoint, "--rdzv-id", "elastic-" + std::to_string(::getpid()), "--rdzv-conf",
-                "last_call_timeout=8,join_timeout=120", "--max-restarts", "3", "--monitor-interval", "0.5",
-                "--no-python"},
-               train_args(dir.path(), dir / "save", dir / "ids"));
-  };
-  // Both agents join the first round (it waits last_call_timeout after the first): a world of 2.
-  Process first(agent("a"));
-  std::this_thread::sleep_for(500ms);  // the first agent hosts the rendezvous
-  Process second(agent("b"));
-  const auto deadline = std::chrono::steady_clock::now() + 240s;
-  while ((lines_in(dir / "ids/samples-rank0.txt") < 8 || lines_in(dir / "ids/samples-rank1.txt") < 8) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  second.kill();  // the second agent and its worker, at once
-  second.wait(30s);
-  const ProcessResult r = first.wait(500s);
-  const std::string all = r.out + r.err;
-  INFO(all);
-  REQUIRE(!r.timed_out);
-  CHECK(r.exit_code == 0);
-  std::smatch m;
-  REQUIRE(std::regex_search(all, m, std::regex("resumed from [^:]*checkpoint_last\\.pt: ([0-9]+) updates done")));
-  const int64_t resumed_at = std::stoll(m[1]);
-  CHECK_THAT(all, Contains("the data plan changed") && Contains("rank 0 of 1 joined via env://"));
-  const Checkpoint last = load_checkpoint(dir / "save/checkpoint_last.pt");
-  CHECK(last.epoch == 2);
-  CHECK(last.data_plan.batch_sizes == std::vector<int64_t>{8});
-  CHECK(samples_used(dir / "ids", 2, resumed_at, 1) == iota_of(800));
 }
