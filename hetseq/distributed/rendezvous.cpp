@@ -320,7 +320,7 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
   const std::vector<uint8_t> generation = raw->get(base + "generation");
   out.base_prefix = base;
   out.raw_store = raw;
-  out.prefix = base + std::string(generation.begin(), generation.end()) + "/";
+  out.prefix = base + std::string(generation.begin(), generation.end());  // PrefixStore adds the "/"
   out.store = c10::make_intrusive<c10d::PrefixStore>(out.prefix, raw);
   out.file_path = method.kind == InitMethod::Kind::kFile ? method.path : std::string();
 

@@ -30,7 +30,7 @@ struct Rendezvous {
   int64_t world_size = 1;
   std::optional<int64_t> local_rank;  // from env:// or Slurm, when they say
   std::string file_path;              // the store's file with file://, removed by rank 0 on leaving
-  std::string prefix;                 // of every key (store is prefixed with it); Note [Rendezvous keys]
+  std::string prefix;                 // of every key, without the "/" that PrefixStore adds; Note [Rendezvous keys]
   std::string base_prefix;            // store_prefix(): the run and attempt, without the generation
   c10::intrusive_ptr<c10d::Store> raw_store;  // the store without the prefix
 };
