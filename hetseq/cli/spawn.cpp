@@ -97,7 +97,7 @@ SpawnPlan plan_under_slurm(const TrainOptions& o, const SlurmTask& task,
 SpawnPlan plan_spawn(const TrainOptions& o, const std::map<std::string, std::string>& env, int64_t visible_devices) {
   const WorldOptions& d = o.distributed.world;
   SpawnPlan plan;
-  if (o.distributed.no_spawn) return plan;
+  if (o.distributed.no_spawn || launched_by_torchrun(env)) return plan;  // Note [Joining a world]
   const bool gpus_given = o.distributed.gpus.has_value();
   const int64_t wanted = gpus_given ? *o.distributed.gpus : (!o.common.cpu && visible_devices > 0 ? visible_devices : 1);
   if (d.init_method.empty()) {
@@ -131,18 +131,15 @@ int64_t usable_cores() {
   return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
 }
 
+}  // namespace
+
 SpawnPlan plan_for_this_process(const TrainOptions& o) {
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   return plan_spawn(o, process_environment(), visible);
 }
 
-}  // namespace
-
-int64_t local_workers(const TrainOptions& o) { return plan_for_this_process(o).workers; }
-
-int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], int64_t workers) {
-  const SpawnPlan plan = plan_for_this_process(o);
-  HETSEQ_ASSERT(plan.workers == workers, "spawn_workers() with {} workers, but the plan has {}", workers, plan.workers);
+int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], const SpawnPlan& plan) {
+  const int64_t workers = plan.workers;
   log::set_rank(plan.first_rank);  // one launcher logs: the one of rank 0
   log::enable_all_ranks(o.distributed.log_all_ranks);
   LaunchOptions launch;

@@ -9,7 +9,6 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
-#include "hetseq/distributed/rendezvous.h"
 #include "hetseq/distributed/world.h"
 
 namespace hetseq::cli {
@@ -34,10 +33,8 @@ int train(int argc, const char* const argv[]) {
     return 0;
   }
   const TrainOptions o = read_train_options(args);
-  // torchrun starts one process per worker itself (Note [Joining a world]).
-  const bool one_worker = o.distributed.no_spawn || launched_by_torchrun(process_environment());
-  const int64_t workers = one_worker ? 1 : local_workers(o);
-  if (workers > 1) return spawn_workers(o, argc, argv, workers);
+  const SpawnPlan plan = plan_for_this_process(o);
+  if (plan.workers > 1) return spawn_workers(o, argc, argv, plan);
 
   stop_request::die_with_launcher();
   World world(o.distributed.world);
@@ -56,6 +53,17 @@ int train(int argc, const char* const argv[]) {
   return code;
 }
 
+// See the README's table. The backend may hand on a peer's failure (a PeerError raised in a
+// communication hook) wrapped in its own error type, hence peer_failure_seen().
+int exit_code_for(const std::exception& e) {
+  if (dynamic_cast<const UsageError*>(&e)) return kExitUsage;
+  if (dynamic_cast<const InternalError*>(&e)) return kExitInternal;
+  if (dynamic_cast<const PeerError*>(&e) || dynamic_cast<const c10::DistError*>(&e) || peer_failure_seen()) {
+    return kExitPeerLost;
+  }
+  return dynamic_cast<const InputError*>(&e) ? kExitInput : kExitInternal;
+}
+
 }  // namespace
 
 int run_guarded(int (*body)(int, const char* const*), const char* program, int argc, const char* const argv[]) {
@@ -64,27 +72,11 @@ int run_guarded(int (*body)(int, const char* const*), const char* program, int a
   int code = kExitInternal;
   try {
     return body(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
-    code = kExitUsage;
-  } catch (const PeerError& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
-    code = kExitPeerLost;
-  } catch (const InputError& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
-    code = peer_failure_seen() ? kExitPeerLost : kExitInput;
-  } catch (const c10::DistError& e) {
-    std::cerr << program << ": error: " << e.what_without_backtrace() << std::endl;
-    code = kExitPeerLost;
-  } catch (const c10::Error& e) {
-    // The backend hands on a peer's failure (raised in a communication hook) wrapped in its own error.
-    std::cerr << program << ": error: " << e.what_without_backtrace() << std::endl;
-    code = peer_failure_seen() ? kExitPeerLost : kExitInternal;
-  } catch (const InternalError& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
   } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << e.what() << std::endl;
-    code = peer_failure_seen() ? kExitPeerLost : kExitInternal;
+    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+    std::cerr << program << ": error: " << (torch_error ? torch_error->what_without_backtrace() : e.what())
+              << std::endl;
+    code = exit_code_for(e);
   }
   World::abandon(code);  // a joined worker leaves at once: Gloo's teardown can spin for minutes
   return code;

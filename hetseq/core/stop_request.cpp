@@ -67,8 +67,6 @@ const char* signal_name(int number) {
 
 int signal_count() { return g_count.load(std::memory_order_relaxed); }
 
-void request(int number) { on_signal(number); }
-
 void die_with_launcher() {
   const char* text = std::getenv("HETSEQ_LAUNCHER_PID");
   if (text == nullptr || *text == '\0') return;

@@ -23,9 +23,6 @@ int signal_count();
 /// Whether a stop was requested.
 inline bool requested() { return signal_number() != 0; }
 
-/// Sets the request as a signal would (tests, and the launcher's own bookkeeping).
-void request(int signal_number);
-
 /// When this process was started by hetseq's launcher (HETSEQ_LAUNCHER_PID in the environment), makes
 /// it die with the launcher: the kernel sends SIGKILL when the launcher exits (PR_SET_PDEATHSIG), and
 /// a launcher already gone ends this process at once. Elsewhere does nothing.

@@ -165,7 +165,7 @@ std::vector<int64_t> missing_ranks(c10d::Store& store, const std::string& key_pr
   return missing;
 }
 
-// "host pid": who claimed a rank (Note [Rendezvous keys]).
+// "host pid W": who claimed a rank, and for which world size (Note [Rendezvous keys]).
 struct Claim {
   std::string host;
   long pid = 0;
@@ -203,10 +203,12 @@ std::optional<Claim> read_claim(c10d::Store& store, int64_t rank) {
 // "rank/<r>/by/<n>" for the n it got back, then counts itself in with add("<barrier>/w<W>/count", 1);
 // the rank that brings the count to W sets "<barrier>/w<W>/open", on which every rank waits (one
 // blocking wait, no polling). Keys carry the world size W, so that ranks started with different
-// --distributed-world-size never complete each other's barrier; on a timeout, the claims name them. A rank that gets n > 1 is a second worker with that rank: it writes the message
-// naming both claims into "<barrier>/open", so that every waiting rank fails with it at once, and
-// fails itself. With file://, a claim whose process is gone on this host means the file is an earlier
-// run's, and the message says to delete it. On a timeout, the per-rank keys name the ranks missing.
+// --distributed-world-size never complete each other's barrier. A rank that gets n > 1 is a second
+// worker with that rank: it writes the message naming both claims into "arrived/w<W>/open", so that
+// every waiting rank fails with it at once, and fails itself. With file://, a claim whose process is
+// gone on this host means the file is an earlier run's, and the message says to delete it. On a
+// timeout, the per-rank keys "<barrier>/w<W>/<r>" name the ranks missing and their claims name those
+// that came for another world size.
 
 std::string store_prefix(const std::map<std::string, std::string>& env) {
   auto get = [&](const char* key) {

@@ -19,6 +19,7 @@
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -32,11 +33,6 @@ std::vector<std::string> run_args(const std::string& data, const std::string& sa
           "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
           "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
           "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 // Three ranks over a file rendezvous, each with 64 samples per update to start from: ranks 0 and 1
@@ -55,12 +51,6 @@ std::vector<std::vector<std::string>> three_ranks(const std::vector<std::string>
     commands.push_back(c);
   }
   return commands;
-}
-
-void require_success(const ProcessResult& r, const std::string& who) {
-  INFO(who << " stderr:\n" << r.err);
-  REQUIRE(!r.timed_out);
-  REQUIRE(r.exit_code == 0);
 }
 
 // The number of "[balance] update N: split [..] -> [..]" lines: the splits applied.

@@ -15,6 +15,7 @@
 #include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 
 using namespace hetseq;
@@ -28,17 +29,6 @@ std::vector<std::string> mnist_args(const std::string& data, const std::string& 
   return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--optimizer", "adam", "--lr",
           "0.001", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json",
           "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "11"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-void require_success(const ProcessResult& r, const std::string& who) {
-  INFO(who << " stderr:\n" << r.err);
-  REQUIRE(!r.timed_out);
-  REQUIRE(r.exit_code == 0);
 }
 
 // The pids of live processes whose command line contains `marker` (a test's unique directory).

@@ -15,6 +15,7 @@
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 
 using namespace hetseq;
@@ -39,11 +40,6 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
           "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "20", "--seed", "11",
           "--max-sentences", "8", "--max-epoch", "1", "--save-interval-updates", "1", "--keep-interval-updates", "2",
           "--disable-validation", "--dump-sample-ids", ids};
-}
-
-std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // The environment of process `pid` as a map (empty when it is gone).
@@ -112,7 +108,7 @@ std::vector<int64_t> iota_of(int64_t n) {
 TEST_CASE("torchrun: two workers train with the agent's store", "[cluster][torchrun]") {
   TempDir dir;
   write_random_mnist(dir.path(), 160, 16);
-  const auto r = run_process(cat({torchrun(), "--standalone", "--nproc-per-node", "2", "--no-python"},
+  const auto r = run_process(with({torchrun(), "--standalone", "--nproc-per-node", "2", "--no-python"},
                                  train_args(dir.path(), dir / "save", dir / "ids")),
                              300s);
   INFO(r.out << r.err);
@@ -128,14 +124,14 @@ TEST_CASE("torchrun: two workers train with the agent's store", "[cluster][torch
 TEST_CASE("torchrun restarts the workers after one is killed, and they resume exactly", "[cluster][torchrun]") {
   TempDir dir;
   write_random_mnist(dir.path(), 480, 16);  // 30 updates of 16
-  const auto straight = run_process(cat({torchrun(), "--standalone", "--nproc-per-node", "2", "--no-python"},
+  const auto straight = run_process(with({torchrun(), "--standalone", "--nproc-per-node", "2", "--no-python"},
                                         train_args(dir.path(), dir / "straight", dir / "straight-ids")),
                                     300s);
   INFO(straight.err);
   REQUIRE(straight.exit_code == 0);
 
   const std::string mark = "restart-" + std::to_string(::getpid());
-  Process run(cat({torchrun(), "--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--no-python"},
+  Process run(with({torchrun(), "--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--no-python"},
                   train_args(dir.path(), dir / "killed", dir / "killed-ids")),
               {{"HETSEQ_TEST_MARK", mark}});
   // Kill rank 1 once it has logged 7 updates.

@@ -15,6 +15,7 @@
 #include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 #include "tasks/mnist/mnist_model.h"
 
@@ -29,11 +30,6 @@ std::vector<std::string> base_args(const std::string& save_dir, int updates) {
           "--lr", "0.05", "--momentum", "0.9", "--max-update", std::to_string(updates), "--disable-validation", "--num-workers", "0",
           "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--save-dir", save_dir,
           "--distributed-timeout", "60", "--seed", "5"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 // Largest absolute difference between the parameters of two saved MNIST models.
@@ -54,12 +50,6 @@ uint16_t read_port(const Process& p) {
   const std::string err = p.err_so_far();
   REQUIRE(std::regex_search(err, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)")));
   return static_cast<uint16_t>(std::stoi(m[1]));
-}
-
-void require_success(const ProcessResult& r, const std::string& who) {
-  INFO(who << " stderr:\n" << r.err);
-  REQUIRE(!r.timed_out);
-  REQUIRE(r.exit_code == 0);
 }
 
 // Tolerance for "the same parameters": float32 sums over differently split batches differ in

@@ -13,6 +13,7 @@
 
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -27,11 +28,6 @@ std::vector<std::string> two_ranks(const std::string& data, const std::string& s
           "--optimizer", "sgd", "--lr", "0.05", "--num-workers", "0", "--no-progress-bar", "--distributed-gpus", "2",
           "--distributed-world-size", "2", "--max-sentences", "24,40", "--distributed-init-method",
           "tcp://127.0.0.1:0", "--distributed-timeout", "60", "--save-dir", save_dir, "--no-save"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 // Every line of a --json-log file, each of which must be JSON.

@@ -15,6 +15,7 @@
 #include "hetseq/checkpoint/checkpoint.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
+#include "support/process_checks.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
 
@@ -29,17 +30,6 @@ std::vector<std::string> mnist_args(const std::string& data, const std::string& 
           "0.001", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json",
           "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "13",
           "--disable-validation"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-void require_success(const ProcessResult& r, const std::string& who) {
-  INFO(who << " stderr:\n" << r.err);
-  REQUIRE(!r.timed_out);
-  REQUIRE(r.exit_code == 0);
 }
 
 // The "[fp16] gradient overflow ..." lines of a log, from "at update" on (without time or rank prefix).
