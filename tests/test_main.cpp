@@ -3,7 +3,11 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "hetseq/distributed/process_group.h"
+
 int main(int argc, char* argv[]) {
+  // Tests run several ranks as threads of one process: Note [Flight recorder off].
+  hetseq::flight_recorder_off_by_default();
   Catch::Session session;
   const int rc = session.applyCommandLine(argc, argv);
   if (rc != 0) return rc;

@@ -9,6 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
+#include "hetseq/distributed/process_group.h"
 #include "hetseq/distributed/world.h"
 
 namespace hetseq::cli {
@@ -69,6 +70,7 @@ int exit_code_for(const std::exception& e) {
 int run_guarded(int (*body)(int, const char* const*), const char* program, int argc, const char* const argv[]) {
   // The exit codes are a table in the README ("On a cluster"): a supervisor restarts on kExitPeerLost
   // and kExitStopped, and not on a usage or input error.
+  flight_recorder_off_by_default();  // before any thread: Note [Flight recorder off]
   int code = kExitInternal;
   try {
     return body(argc, argv);

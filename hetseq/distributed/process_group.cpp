@@ -65,6 +65,21 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 
 }  // namespace
 
+// Note [Flight recorder off]
+// LibTorch records every Gloo and NCCL collective in a process-wide ring ("flight recorder", 2000
+// entries by default) meant for Python's dump tools, capturing a traceback each time. hetseq reads
+// none of it, and its first record for each process group writes a shared map before taking the
+// recorder's lock, so two threads starting their first collectives at once (two ranks in one test
+// process; on a GPU, an autograd device thread's reduction beside the main thread's statistics)
+// can corrupt the map and crash. Off unless asked for, the recorder costs nothing and races with
+// nothing. The variable must be set before the recorder's first use, and setenv is not safe beside
+// other threads, hence main().
+void flight_recorder_off_by_default() {
+  if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr) {
+    ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0);
+  }
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options) {
   // A peer that closed its sockets makes the next write raise SIGPIPE, which would kill this process

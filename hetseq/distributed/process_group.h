@@ -27,6 +27,11 @@ struct ProcessGroupOptions {
 /// its device types (Gloo for CPU and, where LibTorch has CUDA, CUDA tensors; NCCL for CUDA). The
 /// caller makes the rank's CUDA device current first (see World). Throws hetseq::UsageError
 /// for an unknown or unavailable backend, hetseq::InputError when the backend cannot connect.
+/// Turns c10d's flight recorder off unless TORCH_FR_BUFFER_SIZE (or TORCH_NCCL_TRACE_BUFFER_SIZE) asks
+/// for it. Call it first thing in main(), before any thread starts: it sets an environment variable.
+/// See Note [Flight recorder off].
+void flight_recorder_off_by_default();
+
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options);
 
