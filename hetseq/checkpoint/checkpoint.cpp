@@ -4,15 +4,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/torch_archive.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 
@@ -50,12 +49,22 @@ namespace fs = std::filesystem;
 // epoch's permutation that completed updates consumed over all ranks (see Note [Data plan]). It does
 // not depend on the ranks' batch sizes, so a run resumed on another cluster continues with the next
 // sample of the same permutation.
+//
+// A save streams the archive into the file tensor by tensor (Note [Streamed save]): beyond the state,
+// it takes at most one tensor's copy of host memory.
 
 namespace {
 
 using Dict = c10::impl::GenericDict;
 
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
+
+// How a tensor enters the value tree: as a CPU copy made at once (encode_checkpoint), as it is
+// (state_digest: the checksum reads one tensor at a time), or as detail::ArchiveTensors::stage gives
+// it (save_checkpoint).
+using TensorForm = std::function<torch::Tensor(const torch::Tensor&)>;
+
+torch::Tensor cpu_contiguous(const torch::Tensor& t) { return t.to(torch::kCPU).contiguous(); }
 
 template <class V>
 c10::IValue double_map(const std::map<std::string, V>& m) {
@@ -64,9 +73,9 @@ c10::IValue double_map(const std::map<std::string, V>& m) {
   return d;
 }
 
-c10::IValue tensor_map(const std::map<std::string, torch::Tensor>& m) {
+c10::IValue tensor_map(const std::map<std::string, torch::Tensor>& m, const TensorForm& form) {
   c10::Dict<std::string, torch::Tensor> d;
-  for (const auto& [k, v] : m) d.insert(k, v.detach().to(torch::kCPU).contiguous());
+  for (const auto& [k, v] : m) d.insert(k, form(v.detach()));
   return d;
 }
 
@@ -81,6 +90,8 @@ c10::IValue int_list(const std::vector<int64_t>& v) {
 // The CRC-32 of an IValue tree; see Note [Checkpoint file].
 class Crc {
  public:
+  /// `tensors`: where the tree's tensors came from, when stand-ins are among them (Note [Streamed save]).
+  explicit Crc(const detail::ArchiveTensors* tensors = nullptr) : tensors_(tensors) {}
   void bytes(const void* data, size_t n) {
     const auto* p = static_cast<const Bytef*>(data);
     while (n > 0) {
@@ -97,7 +108,7 @@ class Crc {
   }
   void value(const c10::IValue& v) {
     if (v.isTensor()) {
-      const torch::Tensor t = v.toTensor().to(torch::kCPU).contiguous();
+      const torch::Tensor t = tensors_ != nullptr ? tensors_->data(v.toTensor()) : cpu_contiguous(v.toTensor());
       integer(static_cast<int64_t>(t.scalar_type()));
       integer(t.dim());
       for (int64_t s : t.sizes()) integer(s);
@@ -140,37 +151,16 @@ class Crc {
   int64_t result() const { return static_cast<int64_t>(crc_); }
 
  private:
+  const detail::ArchiveTensors* tensors_;
   uLong crc_ = crc32(0L, Z_NULL, 0);
 };
 
-// torch.save's archive of `root`, as torch::pickle_save writes it but with plain (untagged) dicts and
-// lists: torch.load(weights_only=True) refuses the type tags that pickle_save adds to typed containers.
-std::vector<char> archive_bytes(const c10::IValue& root) {
-  std::vector<char> pickled;
-  torch::jit::Pickler pickler([&](const char* buf, size_t n) { pickled.insert(pickled.end(), buf, buf + n); },
-                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(root);
-  pickler.stop();
-  std::vector<char> archive;
-  archive.reserve(pickled.size());
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
-    const char* bytes = static_cast<const char*>(data);
-    archive.insert(archive.end(), bytes, bytes + n);
-    return n;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
-  writer.writeEndOfFile();
-  return archive;
-}
-
-int64_t checksum_of(const Dict& d, const std::string& skip) {
+int64_t checksum_of(const Dict& d, const std::string& skip, const detail::ArchiveTensors* tensors = nullptr) {
   Dict copy = new_dict();
   for (const auto& e : d) {
     if (e.key().toStringRef() != skip) copy.insert(e.key(), e.value());
   }
-  Crc crc;
+  Crc crc(tensors);
   crc.value(copy);
   return crc.result();
 }
@@ -284,15 +274,15 @@ void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<st
 namespace {
 
 // The entries that make the training state: model, optimizer, lr_scheduler.
-void insert_state(Dict& root, const Checkpoint& c) {
+void insert_state(Dict& root, const Checkpoint& c, const TensorForm& form) {
   c10::Dict<std::string, torch::Tensor> model;
-  for (const auto& [name, t] : c.model) model.insert(name, t.detach().to(torch::kCPU).contiguous());
+  for (const auto& [name, t] : c.model) model.insert(name, form(t.detach()));
   root.insert("model", model);
 
   Dict optimizer = new_dict();
   optimizer.insert("name", c.optimizer_name);
   optimizer.insert("options", double_map(c.optimizer_options));
-  if (c.optimizer_state) optimizer.insert("state", tensor_map(*c.optimizer_state));
+  if (c.optimizer_state) optimizer.insert("state", tensor_map(*c.optimizer_state, form));
   if (!c.loss_scaler.empty()) optimizer.insert("loss_scaler", double_map(c.loss_scaler));
   root.insert("optimizer", optimizer);
 
@@ -302,31 +292,24 @@ void insert_state(Dict& root, const Checkpoint& c) {
   root.insert("lr_scheduler", scheduler);
 }
 
-}  // namespace
-
-std::string state_digest(const Checkpoint& c) {
-  Dict root = new_dict();
-  insert_state(root, c);
-  root.insert("num_updates", c.num_updates);
-  root.insert("epoch", c.epoch);
-  root.insert("offset", c.offset);
-  Crc crc;
-  crc.value(root);
-  return fmt::format("{:08x} ({} updates, epoch {}, offset {})", crc.result(), c.num_updates, c.epoch, c.offset);
-}
-
-std::vector<char> encode_checkpoint(const Checkpoint& c) {
+// Builds the checkpoint's value tree (Note [Checkpoint file]) with its tensors as `form` gives them,
+// adds the checksum (reading stand-ins through `tensors`, if given) and hands the tree to `write`.
+// The pickler memoizes a container that is referenced more than once when it is pickled, so the
+// containers stay alive here until `write` returns, as when the archive was built in memory in this
+// function: the bytes stay those that earlier versions wrote.
+void with_checkpoint_tree(const Checkpoint& c, const TensorForm& form, const detail::ArchiveTensors* tensors,
+                          const std::function<void(const Dict&)>& write) {
   Dict root = new_dict();
   root.insert("format_version", c.format_version);
   root.insert("torch_version", c.torch_version.empty() ? std::string(TORCH_VERSION) : c.torch_version);
-  insert_state(root, c);
+  insert_state(root, c, form);
 
   Dict extra = new_dict();
   extra.insert("num_updates", c.num_updates);
   extra.insert("epoch", c.epoch);
   extra.insert("offset", c.offset);
   extra.insert("meters", double_map(c.meters));
-  extra.insert("rng_state", c.rng_state.defined() ? c.rng_state.to(torch::kCPU).contiguous() : torch::Tensor());
+  extra.insert("rng_state", c.rng_state.defined() ? form(c.rng_state) : torch::Tensor());
   extra.insert("best", c.best ? c10::IValue(*c.best) : c10::IValue());
   Dict plan = new_dict();
   plan.insert("batch_sizes", int_list(c.data_plan.batch_sizes));
@@ -344,8 +327,27 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   args.insert("options", c.options);
   root.insert("args", args);
 
-  root.insert("checksum", checksum_of(root, "checksum"));
-  return archive_bytes(root);
+  root.insert("checksum", checksum_of(root, "checksum", tensors));
+  write(root);
+}
+
+}  // namespace
+
+std::string state_digest(const Checkpoint& c) {
+  Dict root = new_dict();
+  insert_state(root, c, [](const torch::Tensor& t) { return t; });
+  root.insert("num_updates", c.num_updates);
+  root.insert("epoch", c.epoch);
+  root.insert("offset", c.offset);
+  Crc crc;
+  crc.value(root);
+  return fmt::format("{:08x} ({} updates, epoch {}, offset {})", crc.result(), c.num_updates, c.epoch, c.offset);
+}
+
+std::vector<char> encode_checkpoint(const Checkpoint& c) {
+  std::vector<char> bytes;
+  with_checkpoint_tree(c, cpu_contiguous, nullptr, [&](const Dict& root) { bytes = detail::archive_bytes(root); });
+  return bytes;
 }
 
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& source) {
@@ -423,8 +425,14 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
 
 void save_checkpoint(const Checkpoint& checkpoint, const std::vector<fs::path>& paths) {
   if (paths.empty()) return;
-  const std::vector<char> bytes = encode_checkpoint(checkpoint);
-  for (const auto& path : paths) write_file_atomically(path, bytes);
+  write_file_atomically(paths.front(), [&](FileSink& sink) {
+    detail::ArchiveTensors tensors;
+    const TensorForm stage = [&](const torch::Tensor& t) { return tensors.stage(t); };
+    with_checkpoint_tree(checkpoint, stage, &tensors, [&](const Dict& root) {
+      detail::write_archive(root, tensors, [&](const void* data, size_t n) { return sink.write(data, n); });
+    });
+  });
+  for (size_t i = 1; i < paths.size(); ++i) copy_file_atomically(paths.front(), paths[i]);
 }
 
 Checkpoint load_checkpoint(const fs::path& path) {

@@ -49,7 +49,9 @@ void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<st
                         const std::string& source);
 
 /// The file's bytes: a torch.save-compatible archive (readable with torch.load in Python) whose
-/// `checksum` entry covers every other entry. See Note [Checkpoint file].
+/// `checksum` entry covers every other entry. See Note [Checkpoint file]. Built in memory, with a CPU
+/// copy of every tensor that is not a contiguous CPU tensor (tests and tools); save_checkpoint writes
+/// the same bytes without holding them.
 std::vector<char> encode_checkpoint(const Checkpoint& checkpoint);
 
 /// Parses and verifies bytes written by encode_checkpoint. Throws hetseq::InputError naming `source`
@@ -65,7 +67,10 @@ std::string state_digest(const Checkpoint& checkpoint);
 void check_checkpoint_fits(const Checkpoint& checkpoint, const std::string& task, const std::string& model_digest,
                            const std::string& source);
 
-/// Encodes `checkpoint` once and writes it to each of `paths` atomically (see write_file_atomically).
+/// Writes the bytes of encode_checkpoint to each of `paths` atomically (see write_file_atomically):
+/// streamed into the first file tensor by tensor, taking at most one tensor's copy of host memory
+/// (Note [Streamed save]), then copied to the others. Throws hetseq::InputError naming the file that
+/// could not be written; files already written stay.
 void save_checkpoint(const Checkpoint& checkpoint, const std::vector<std::filesystem::path>& paths);
 
 /// Reads and verifies a checkpoint file. Throws hetseq::InputError naming the file.
