@@ -68,13 +68,22 @@ const char* signal_name(int number) {
 int signal_count() { return g_count.load(std::memory_order_relaxed); }
 
 void die_with_launcher() {
-  const char* text = std::getenv("HETSEQ_LAUNCHER_PID");
-  if (text == nullptr || *text == '\0') return;
-  const pid_t launcher = static_cast<pid_t>(std::strtol(text, nullptr, 10));
+  // hetseq's launcher names itself; torchrun's agent is the parent of the workers it starts (with
+  // --no-python it runs this binary directly) and says nothing of its pid.
+  pid_t launcher = 0;
+  const char* name = "the launcher";
+  if (const char* text = std::getenv("HETSEQ_LAUNCHER_PID"); text != nullptr && *text != '\0') {
+    launcher = static_cast<pid_t>(std::strtol(text, nullptr, 10));
+  } else if (const char* run = std::getenv("TORCHELASTIC_RUN_ID"); run != nullptr && *run != '\0') {
+    launcher = ::getppid();
+    name = "torchrun's agent";
+  } else {
+    return;
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died before the call above took effect: then our parent is someone else.
   if (::getppid() != launcher) {
-    std::fprintf(stderr, "hetseq-train: the launcher (pid %d) is gone; this worker stops\n", static_cast<int>(launcher));
+    std::fprintf(stderr, "hetseq-train: %s (pid %d) is gone; this worker stops\n", name, static_cast<int>(launcher));
     std::_Exit(1);
   }
 }

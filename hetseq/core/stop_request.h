@@ -23,9 +23,11 @@ int signal_count();
 /// Whether a stop was requested.
 inline bool requested() { return signal_number() != 0; }
 
-/// When this process was started by hetseq's launcher (HETSEQ_LAUNCHER_PID in the environment), makes
-/// it die with the launcher: the kernel sends SIGKILL when the launcher exits (PR_SET_PDEATHSIG), and
-/// a launcher already gone ends this process at once. Elsewhere does nothing.
+/// When this process was started by hetseq's launcher (HETSEQ_LAUNCHER_PID in the environment) or by
+/// torchrun's agent (TORCHELASTIC_RUN_ID; the agent is the parent), makes it die with that launcher:
+/// the kernel sends SIGKILL when the launcher exits (PR_SET_PDEATHSIG), and a launcher already gone
+/// ends this process at once. A worker that outlived a killed agent would go on holding its peers (and
+/// its GPU) in a world no agent supervises. Elsewhere does nothing.
 void die_with_launcher();
 
 }  // namespace hetseq::stop_request

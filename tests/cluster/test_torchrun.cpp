@@ -1,6 +1,9 @@
 // Level 2: hetseq-train under torchrun (the elastic agent of the pinned torch wheel): its agent's
-// store and restarts after a killed worker. See Note [Joining a world] and Note [Rendezvous keys].
+// store, restarts after a killed worker, and a world that shrinks when an agent dies. See Note
+// [Joining a world] and Note [Rendezvous keys].
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -42,6 +45,36 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
           "--disable-validation", "--dump-sample-ids", ids};
 }
 
+// A port the kernel says is free now (the agents' rendezvous endpoint must be given up front).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Whether something accepts connections on 127.0.0.1:`port`, waiting up to `patience` for it.
+bool listening(int port, std::chrono::seconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  do {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (connected) return true;
+    std::this_thread::sleep_for(50ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
 // The environment of process `pid` as a map (empty when it is gone).
 std::map<std::string, std::string> environment_of(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
@@ -54,7 +87,8 @@ std::map<std::string, std::string> environment_of(int pid) {
   return env;
 }
 
-// The pid of the hetseq-train worker with RANK `rank` whose environment carries HETSEQ_TEST_MARK=`mark`.
+// The pid of the hetseq-train worker with RANK `rank` (any rank when negative) whose environment
+// carries HETSEQ_TEST_MARK=`mark`, or -1.
 int worker_pid(const std::string& mark, int rank) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
@@ -63,9 +97,20 @@ int worker_pid(const std::string& mark, int rank) {
     std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
     if (cmdline.find("hetseq-train") == std::string::npos) continue;
     auto env = environment_of(std::stoi(name));
-    if (env["HETSEQ_TEST_MARK"] == mark && env["RANK"] == std::to_string(rank)) return std::stoi(name);
+    if (env["HETSEQ_TEST_MARK"] == mark && (rank < 0 || env["RANK"] == std::to_string(rank))) {
+      return std::stoi(name);
+    }
   }
   return -1;
+}
+
+// Whether process `pid` is gone (or a zombie nobody reaped: in a container, PID 1 may not).
+bool gone(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';
 }
 
 size_t lines_in(const std::string& path) {
@@ -154,4 +199,54 @@ TEST_CASE("torchrun restarts the workers after one is killed, and they resume ex
   check_same_training_state(load_checkpoint(dir / "straight/checkpoint_last.pt"),
                             load_checkpoint(dir / "killed/checkpoint_last.pt"));
   CHECK(samples_used(dir / "killed-ids", 2, resumed_at, 2) == iota_of(480));
+}
+
+TEST_CASE("torchrun elastic: when one of two agents dies, its worker dies with it and the other agent finishes alone",
+          "[cluster][torchrun]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 800, 16);  // 50 updates of 16 on two workers, 100 of 8 on one
+  const int port = free_port();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  auto agent = [&]() {
+    return with({torchrun(), "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 endpoint, "--rdzv-id", "elastic-" + std::to_string(::getpid()), "--rdzv-conf",
+                 "last_call_timeout=8,join_timeout=120", "--max-restarts", "3", "--monitor-interval", "0.5",
+                 "--no-python"},
+                train_args(dir.path(), dir / "save", dir / "ids"));
+  };
+  // Both agents join the first round (it waits last_call_timeout after the first): a world of 2.
+  Process first(agent());
+  // The first agent must host the rendezvous store: the one that dies cannot take it along.
+  REQUIRE(listening(port, 60s));
+  const std::string mark = "elastic-b-" + std::to_string(::getpid());
+  Process second(agent(), {{"HETSEQ_TEST_MARK", mark}});
+  const auto deadline = std::chrono::steady_clock::now() + 240s;
+  while ((lines_in(dir / "ids/samples-rank0.txt") < 8 || lines_in(dir / "ids/samples-rank1.txt") < 8) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const int orphan = worker_pid(mark, -1);
+  REQUIRE(orphan > 0);
+  // The second agent alone, as when its node dies: torchrun starts workers in a session of their own,
+  // so this does not reach the worker, which must die with its agent (stop_request::die_with_launcher).
+  second.kill();
+  second.wait(30s);
+  const auto orphan_deadline = std::chrono::steady_clock::now() + 10s;
+  while (!gone(orphan) && std::chrono::steady_clock::now() < orphan_deadline) std::this_thread::sleep_for(20ms);
+  CHECK(gone(orphan));
+  if (!gone(orphan)) ::kill(orphan, SIGKILL);
+  const ProcessResult r = first.wait(300s);
+  const std::string all = r.out + r.err;
+  INFO(all);
+  REQUIRE(!r.timed_out);
+  CHECK(r.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(all, m, std::regex("resumed from [^:]*checkpoint_last\\.pt: ([0-9]+) updates done")));
+  const int64_t resumed_at = std::stoll(m[1]);
+  CHECK(resumed_at >= 7);
+  CHECK_THAT(all, Contains("the data plan changed") && Contains("rank 0 of 1 joined via env://"));
+  const Checkpoint last = load_checkpoint(dir / "save/checkpoint_last.pt");
+  CHECK(last.data_plan.batch_sizes == std::vector<int64_t>{8});
+  CHECK(last.num_updates == resumed_at + (800 - 16 * resumed_at) / 8);  // the rest of the epoch, 8 at a time
+  CHECK(samples_used(dir / "ids", 2, resumed_at, 1) == iota_of(800));
 }
