@@ -166,37 +166,6 @@ std::vector<char> archive_bytes(const c10::IValue& root) {
   return archive;
 }
 
-// The archive bytes of decode_checkpoint, for LibTorch's archive reader, without a copy.
-class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BytesReadAdapter(const std::vector<char>& bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= bytes_.size()) return 0;
-    n = std::min<size_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, n);
-    return n;
-  }
-
- private:
-  const std::vector<char>& bytes_;
-};
-
-// The pickle of a torch.save archive (its data.pkl record).
-std::string pickle_record(const std::vector<char>& bytes) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(bytes));
-  const auto [data, size] = reader.getRecord("data.pkl");
-  return std::string(static_cast<const char*>(data.get()), size);
-}
-
-// An exception's message without LibTorch's backtrace (c10::Error) or any other line after the first.
-std::string first_line(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-  return what;
-}
-
 int64_t checksum_of(const Dict& d, const std::string& skip) {
   Dict copy = new_dict();
   for (const auto& e : d) {
@@ -207,7 +176,14 @@ int64_t checksum_of(const Dict& d, const std::string& skip) {
   return crc.result();
 }
 
-// Typed access to a decoded archive; every miss is an error naming the file and the entry.
+// An exception's message without LibTorch's backtrace (c10::Error) or any other line after the first.
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+  return what;
+}
+
 // Note [Unpickled values]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // LibTorch's unpickler builds whatever a pickle describes: dicts keyed by integers, tuples, objects. The checksum
@@ -215,6 +191,7 @@ int64_t checksum_of(const Dict& d, const std::string& skip) {
 // writes, so before either sees the tree, Reader::plain_values walks it and rejects anything else as damage. A
 // checkpoint whose dict had an integer key made the checksum throw LibTorch's internal assertion instead (found by
 // fuzz/checkpoint_fuzz.cpp, docs/RELIABILITY.md).
+// Typed access to a decoded archive; every miss is an error naming the file and the entry.
 class Reader {
  public:
   explicit Reader(std::string source) : source_(std::move(source)) {}
@@ -418,7 +395,7 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   std::string damage;
   c10::IValue value;
   try {
-    damage = detail::scan_pickle(pickle_record(bytes));  // See Note [Pickle scan].
+    damage = detail::scan_pickle(detail::archive_pickle(bytes));  // See Note [Pickle scan].
     if (damage.empty()) value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
     r.fail(fmt::format("cannot be read as an archive ({})", first_line(e)));

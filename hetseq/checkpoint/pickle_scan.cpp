@@ -1,6 +1,11 @@
 #include "hetseq/checkpoint/pickle_scan.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include <caffe2/serialize/inline_container.h>
 
 #include "hetseq/core/format.h"
 
@@ -64,7 +69,29 @@ std::string describe(unsigned char op, size_t at) {
                                  : fmt::format("opcode 0x{:02x} at byte {}", op, at);
 }
 
+// An archive in memory, for LibTorch's archive reader, without a copy.
+class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(const std::vector<char>& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::vector<char>& bytes_;
+};
+
 }  // namespace
+
+std::string archive_pickle(const std::vector<char>& archive) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
+  const auto [data, size] = reader.getRecord("data.pkl");
+  return std::string(static_cast<const char*>(data.get()), size);
+}
 
 std::string scan_pickle(std::string_view pickle) {
   uint64_t memo_entries = 0;

@@ -3,6 +3,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hetseq::detail {
 
@@ -23,5 +24,9 @@ namespace hetseq::detail {
 /// Walks `pickle` as described in Note [Pickle scan]. Returns an empty string when its framing is sound, else what is
 /// wrong (e.g. "opcode 'X' at byte 233 declares 1073741831 bytes, but 1001 are left").
 std::string scan_pickle(std::string_view pickle);
+
+/// The pickle (the data.pkl record) of the torch.save archive `archive`, read without copying the archive. Throws
+/// (c10::Error) when `archive` is not such an archive.
+std::string archive_pickle(const std::vector<char>& archive);
 
 }  // namespace hetseq::detail
