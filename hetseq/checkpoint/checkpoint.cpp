@@ -191,6 +191,7 @@ std::string first_line(const std::exception& e) {
 // writes, so before either sees the tree, Reader::plain_values walks it and rejects anything else as damage. A
 // checkpoint whose dict had an integer key made the checksum throw LibTorch's internal assertion instead (found by
 // fuzz/checkpoint_fuzz.cpp, docs/RELIABILITY.md).
+
 // Typed access to a decoded archive; every miss is an error naming the file and the entry.
 class Reader {
  public:
