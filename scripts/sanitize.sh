@@ -47,14 +47,14 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/scripts/sanitize.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 
-# Test files that start processes include the subprocess helper.
+# Test files that start processes include the subprocess helper (directly or through support/process_checks.h).
 files=()
 if [ "${#only[@]}" -gt 0 ]; then
   files=("${only[@]}")
 else
   while IFS= read -r path; do
     name="$(basename "$path" .cpp)"
-    if grep -q '"support/subprocess.h"' "$path" && [ "$with_processes" -eq 0 ]; then continue; fi
+    if grep -qE '"support/(subprocess|process_checks).h"' "$path" && [ "$with_processes" -eq 0 ]; then continue; fi
     files+=("$name")
   done < <(find "$root/tests" -name 'test_*.cpp' | sort)
 fi
