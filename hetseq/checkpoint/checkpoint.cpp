@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/pickle_scan.h"
 #include "hetseq/checkpoint/torch_archive.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
@@ -165,6 +166,22 @@ int64_t checksum_of(const Dict& d, const std::string& skip, const detail::Archiv
   return crc.result();
 }
 
+// An exception's message without LibTorch's backtrace (c10::Error) or any other line after the first.
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+  return what;
+}
+
+// Note [Unpickled values]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// LibTorch's unpickler builds whatever a pickle describes: dicts keyed by integers, tuples, objects. The checksum
+// (Crc) and the readers below take a dict's keys as strings and know only the value types that encode_checkpoint
+// writes, so before either sees the tree, Reader::plain_values walks it and rejects anything else as damage. A
+// checkpoint whose dict had an integer key made the checksum throw LibTorch's internal assertion instead (found by
+// fuzz/checkpoint_fuzz.cpp, docs/RELIABILITY.md).
+
 // Typed access to a decoded archive; every miss is an error naming the file and the entry.
 class Reader {
  public:
@@ -192,6 +209,23 @@ class Reader {
     const c10::IValue v = at(d, key);
     if (!v.isString()) fail(fmt::format("the entry '{}' is not a string", key));
     return v.toStringRef();
+  }
+  // See Note [Unpickled values].
+  void plain_values(const c10::IValue& v, const std::string& where) const {
+    if (v.isGenericDict()) {
+      for (const auto& e : v.toGenericDict()) {
+        if (!e.key().isString()) {
+          fail(fmt::format("{} has a key of type {}, not a string",
+                           where.empty() ? std::string("the archive's dict") : fmt::format("the entry '{}'", where),
+                           e.key().tagKind()));
+        }
+        plain_values(e.value(), where.empty() ? e.key().toStringRef() : where + "." + e.key().toStringRef());
+      }
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toList()) plain_values(e, where);
+    } else if (!(v.isTensor() || v.isDouble() || v.isInt() || v.isBool() || v.isString() || v.isNone())) {
+      fail(fmt::format("the entry '{}' holds a value of type {}, which a checkpoint does not have", where, v.tagKind()));
+    }
   }
   std::vector<int64_t> ints(const Dict& d, const std::string& key) const {
     const c10::IValue v = at(d, key);
@@ -258,7 +292,8 @@ void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<st
     }
   }
   if (saved.size() != targets.size()) {
-    for (const auto& [name, t] : saved) {
+    for (const auto& entry : saved) {
+      const std::string& name = entry.first;  // not a structured binding: lambdas capture those only from C++20
       const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& p) { return p.first == name; });
       if (!known) {
         throw InputError(fmt::format("{}: has a tensor '{}' that the model does not have; was it saved from another "
@@ -309,7 +344,8 @@ void with_checkpoint_tree(const Checkpoint& c, const TensorForm& form, const det
   extra.insert("epoch", c.epoch);
   extra.insert("offset", c.offset);
   extra.insert("meters", double_map(c.meters));
-  extra.insert("rng_state", c.rng_state.defined() ? form(c.rng_state) : torch::Tensor());
+  // None when there is no generator state: an undefined tensor has no bytes to checksum or pickle.
+  extra.insert("rng_state", c.rng_state.defined() ? c10::IValue(form(c.rng_state)) : c10::IValue());
   extra.insert("best", c.best ? c10::IValue(*c.best) : c10::IValue());
   Dict plan = new_dict();
   plan.insert("batch_sizes", int_list(c.data_plan.batch_sizes));
@@ -358,15 +394,17 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   if (bytes.size() < 22 || std::memcmp(bytes.data() + bytes.size() - 22, kEndOfArchive, 4) != 0) {
     r.fail(fmt::format("it has no end-of-archive record ({} bytes): the file is truncated", bytes.size()));
   }
+  std::string damage;
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    damage = detail::scan_pickle(detail::archive_pickle(bytes));  // See Note [Pickle scan].
+    if (damage.empty()) value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    r.fail(fmt::format("cannot be read as an archive ({})", what));
+    r.fail(fmt::format("cannot be read as an archive ({})", first_line(e)));
   }
+  if (!damage.empty()) r.fail(fmt::format("its pickle (data.pkl) is damaged: {}", damage));
   if (!value.isGenericDict()) r.fail("the archive does not hold a dict");
+  r.plain_values(value, "");
   const Dict root = value.toGenericDict();
   const int64_t version = r.integer(root, "format_version");
   if (version != Checkpoint::kFormatVersion) {

@@ -119,17 +119,23 @@ torch::Tensor read_idx(const std::string& path, const IdxKind& kind) {
                                  path, sizes_read, size_bytes.size(), kind.layout));
   }
   std::vector<int64_t> sizes;  // [dimension]
-  uint64_t total = 1;
+  // The product of the non-zero sizes must fit a tensor's strides even when a zero size makes the file empty:
+  // [0, 4294967295, 4294967295] holds no data, but is no tensor shape either (found by fuzzing, see
+  // docs/RELIABILITY.md).
+  uint64_t extent = 1;
+  bool empty = false;
   for (int d = 0; d < kind.ndims; ++d) {
     const uint32_t size = big_endian_u32(size_bytes.data() + 4 * d);
     sizes.push_back(size);
-    if (__builtin_mul_overflow(total, uint64_t{size}, &total) ||
-        total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    empty = empty || size == 0;
+    if (__builtin_mul_overflow(extent, uint64_t{std::max<uint32_t>(size, 1)}, &extent) ||
+        extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       throw InputError(fmt::format("{}: the IDX dimensions {} = [{}] are impossibly large; the header is corrupt, "
                                    "download the file again",
                                    path, kind.layout, fmt::join(sizes, ", ")));
     }
   }
+  const uint64_t total = empty ? 0 : extent;
 
   // Read in chunks rather than allocating what a corrupt header claims up front.
   constexpr size_t kChunkBytes = size_t{1} << 22;

@@ -1,5 +1,6 @@
 #include "bert/shard_writer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -45,7 +46,16 @@ void write_shard(const std::string& path, const std::map<std::string, ShardArray
     std::vector<hsize_t> dims(array.shape.begin(), array.shape.end());
     const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
     const hid_t type = array.as_float ? H5T_IEEE_F64LE : H5T_STD_I32LE;
-    const hid_t set = H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    if (array.gzip) {
+      std::vector<hsize_t> chunk(dims.begin(), dims.end());  // up to 4 rows per chunk
+      if (!chunk.empty()) chunk[0] = std::min<hsize_t>(chunk[0], 4);
+      for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
+      H5Pset_chunk(create, static_cast<int>(chunk.size()), chunk.data());
+      H5Pset_deflate(create, 6);
+    }
+    const hid_t set = H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, create, H5P_DEFAULT);
+    H5Pclose(create);
     herr_t status;
     if (array.as_float) {
       std::vector<double> v(array.values.begin(), array.values.end());

@@ -11,11 +11,13 @@
 
 namespace hetseq::test {
 
-/// One dataset of a shard: its shape, values (row-major) and whether to store them as floats.
+/// One dataset of a shard: its shape, values (row-major), whether to store them as floats, and whether to store them
+/// in gzip-compressed chunks (as NVIDIA's preprocessing does) instead of one contiguous block.
 struct ShardArray {
   std::vector<int64_t> shape;
   std::vector<int64_t> values;
   bool as_float = false;
+  bool gzip = false;
 };
 
 /// A well-formed shard of `n` sequences of `seq_length` tokens with `max_predictions` masked slots: row i has
@@ -23,7 +25,8 @@ struct ShardArray {
 /// (ids 2000 + i, 2001 + i), then position 0 as padding, and next-sentence label i % 2.
 std::map<std::string, ShardArray> make_shard(int64_t n, int64_t seq_length = 16, int64_t max_predictions = 4);
 
-/// Writes `datasets` to a new HDF5 file at `path` (int32 or float64 elements).
+/// Writes `datasets` to a new HDF5 file at `path` (int32 or float64 elements; gzip-compressed chunks of up to 4 rows
+/// where ShardArray::gzip says so).
 void write_shard(const std::string& path, const std::map<std::string, ShardArray>& datasets);
 
 /// Writes `tensors` as a safetensors file, each converted to float32.

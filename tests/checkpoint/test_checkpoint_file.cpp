@@ -5,6 +5,7 @@
 #include <set>
 
 #include <catch2/catch.hpp>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/atomic_file.h"
@@ -94,6 +95,33 @@ TEST_CASE("a checkpoint without optimizer state or best metric reads back withou
   const Checkpoint r = hetseq::load_checkpoint(dir / "c.pt");
   CHECK(!r.optimizer_state);
   CHECK(!r.best);
+}
+
+// Found by the checkpoint fuzz harness (docs/RELIABILITY.md): encoding a state without a generator state threw a
+// c10::Error from the checksum of the undefined tensor.
+TEST_CASE("a checkpoint without a generator state encodes and reads back without one", "[checkpoint]") {
+  Checkpoint c = sample_checkpoint();
+  c.rng_state = torch::Tensor();
+  const Checkpoint r = hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "no-rng.pt");
+  CHECK(!r.rng_state.defined());
+  CHECK(hetseq::state_digest(r) == hetseq::state_digest(c));
+}
+
+// Found by the checkpoint fuzz harness (docs/RELIABILITY.md): a dict with an integer key made the checksum throw
+// LibTorch's internal assertion (c10::Error) instead of an InputError. See Note [Unpickled values].
+TEST_CASE("a checkpoint holding a key that is not a string or a value of another type is a clear error",
+          "[checkpoint]") {
+  c10::impl::GenericDict root(c10::AnyType::get(), c10::AnyType::get());
+  root.insert("format_version", hetseq::Checkpoint::kFormatVersion);
+  root.insert("checksum", int64_t{0});
+  c10::impl::GenericDict extra(c10::AnyType::get(), c10::AnyType::get());
+  extra.insert(int64_t{7}, "seven");
+  root.insert("extra_state", extra);
+  CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(torch::pickle_save(root), "int-key.pt"); }),
+             Contains("int-key.pt") && Contains("the entry 'extra_state' has a key of type Int, not a string"));
+  root.insert_or_assign("extra_state", c10::ivalue::Tuple::create({int64_t{1}, int64_t{2}}));
+  CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(torch::pickle_save(root), "tuple.pt"); }),
+             Contains("tuple.pt") && Contains("the entry 'extra_state' holds a value of type Tuple"));
 }
 
 TEST_CASE("truncated checkpoints are clear errors naming the file", "[checkpoint]") {

@@ -112,6 +112,23 @@ TEST_CASE("IDX files with no samples give empty tensors", "[mnist][idx]") {
   CHECK(read_idx_labels(dir.file("labels.gz")).sizes() == torch::IntArrayRef({0}));
 }
 
+// The first shape was found by the IDX fuzz harness (docs/RELIABILITY.md): with a zero size the file holds no data,
+// and the reader asked LibTorch for an empty tensor whose strides overflow, which threw a c10::Error.
+TEST_CASE("IDX dimensions too large for a tensor are an InputError naming the file, with or without data",
+          "[mnist][idx]") {
+  TempDir dir;
+  for (const std::vector<uint32_t>& sizes : std::vector<std::vector<uint32_t>>{
+           {0, 0xfeffffe3, 0xffffff1e}, {0xffffffff, 0xffffffff, 0xffffffff}, {1, 0xffffffff, 0xffffffff}}) {
+    CAPTURE(sizes);
+    const std::string path = dir.file("huge-images");
+    write_plain(path, idx_bytes(kImageMagic, sizes, ramp(16)));
+    CHECK_THAT(input_error_of([&] { read_idx_images(path); }), Contains(path) && Contains("impossibly large"));
+  }
+  // Large sizes whose product still fits are only empty when one of them is zero.
+  write_plain(dir.file("empty-images"), idx_bytes(kImageMagic, {0, 0x10000, 0x10000}, {}));
+  CHECK(read_idx_images(dir.file("empty-images")).sizes() == torch::IntArrayRef({0, 0x10000, 0x10000}));
+}
+
 TEST_CASE("the installed Fashion-MNIST test split reads as 10000 images of 28x28 with labels 0..9", "[mnist][idx]") {
   const std::string root = "/usr/share/datasets/fashion-mnist";
   const torch::Tensor images = read_idx_images(root + "/t10k-images-idx3-ubyte.gz");

@@ -1,0 +1,91 @@
+// Replays inputs through a harness without libFuzzer: the fuzz_replay_<harness> ctests of the normal build, and
+// reproducing a crash file with a gcc build. See Note [Fuzz harnesses].
+//
+//   hetseq-fuzz-<harness> PATH...    each PATH a file or a directory (its files, in name order, not recursive)
+//
+// Exits 1 when an input escapes with an unexpected exception (a finding) or a seed named valid-* is rejected, after
+// replaying the rest; a crash ends the process at once, and the last "replaying" line names the input.
+// HETSEQ_FUZZ_VERBOSE=1 also prints why each input was rejected.
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "fuzz/harness.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<fs::path> inputs_of(const std::string& arg) {
+  std::vector<fs::path> out;
+  if (fs::is_directory(arg)) {
+    for (const auto& entry : fs::directory_iterator(arg)) {
+      if (entry.is_regular_file()) out.push_back(entry.path());
+    }
+    std::sort(out.begin(), out.end());
+  } else if (fs::is_regular_file(arg)) {
+    out.emplace_back(arg);
+  } else {
+    throw std::runtime_error(arg + ": no such file or directory");
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  if (argc < 2) {
+    std::cerr << "usage: " << argv[0] << " FILE_OR_DIR...   (replays inputs through the harness)\n";
+    return 2;
+  }
+  const bool verbose = std::getenv("HETSEQ_FUZZ_VERBOSE") != nullptr;
+  int accepted = 0, rejected = 0, failed = 0;
+  for (int a = 1; a < argc; ++a) {
+    std::vector<fs::path> inputs;
+    try {
+      inputs = inputs_of(argv[a]);
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 2;
+    }
+    if (inputs.empty()) {
+      std::cerr << "error: " << argv[a] << ": no inputs (an empty corpus replays nothing)\n";
+      return 2;
+    }
+    for (const fs::path& path : inputs) {
+      std::cerr << "replaying " << path.string() << std::endl;
+      const std::vector<uint8_t> bytes = read_bytes(path);
+      try {
+        const hetseq::fuzz::Outcome outcome = hetseq::fuzz::run_input(bytes.data(), bytes.size());
+        if (outcome.accepted) {
+          ++accepted;
+        } else if (path.filename().string().rfind("valid-", 0) == 0) {
+          ++failed;
+          std::cerr << "FAILED " << path.string() << ": a valid-* seed was rejected: " << outcome.rejection
+                    << "\n  (regenerate the seeds with hetseq-fuzz-seeds, see docs/RELIABILITY.md)\n";
+        } else {
+          ++rejected;
+          if (verbose) std::cerr << "  rejected: " << outcome.rejection << "\n";
+        }
+      } catch (const std::exception& e) {
+        ++failed;
+        std::cerr << "FINDING " << path.string() << ": unexpected exception: " << e.what() << "\n";
+      }
+    }
+  }
+  std::cout << argv[0] << ": " << accepted + rejected + failed << " inputs: " << accepted << " accepted, " << rejected
+            << " rejected, " << failed << " failed" << std::endl;
+  return failed == 0 ? 0 : 1;
+}
