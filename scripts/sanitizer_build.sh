@@ -11,7 +11,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-fuzz"
 jobs="${HETSEQ_BUILD_JOBS:-$(nproc)}"
-command -v clang++ >/dev/null || { echo "[sanitizer-build] error: clang++ not found; install Debian's clang" >&2; exit 1; }
+if ! command -v clang++ >/dev/null; then
+  # Debian's clang brings libFuzzer and the sanitizer runtimes (compiler-rt) with it.
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "[sanitizer-build] installing Debian's clang" >&2
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang >/dev/null; } ||
+    { echo "[sanitizer-build] error: clang++ not found and apt-get could not install Debian's clang" >&2; exit 1; }
+fi
 
 if [ ! -f "$build/build.ninja" ]; then
   prefix="$(bash "$root/scripts/setup.sh" --print-prefix | tail -n 1)"
