@@ -53,6 +53,22 @@ bool is_distributed(const WorldOptions& o, const std::map<std::string, std::stri
 // the agent says TORCHELASTIC_USE_AGENT_STORE it already hosts the store at MASTER_ADDR:MASTER_PORT,
 // so rank 0 connects to it as a client instead of trying to host one there. That store outlives a
 // restart of the workers, so every key carries the attempt (Note [Rendezvous keys]).
+int64_t cuda_device_for(std::optional<int64_t> local_rank, int64_t device_id, int64_t visible_devices) {
+  if (local_rank) {
+    if (*local_rank < visible_devices) return *local_rank;
+    if (visible_devices == 1) return 0;
+    throw UsageError(fmt::format(
+        "local rank {} (from the launcher's environment) has no CUDA device: this process sees {}; give each "
+        "node's workers all its devices, or each worker exactly one (e.g. srun --gpus-per-task=1)",
+        *local_rank, visible_devices));
+  }
+  if (device_id < 0 || device_id >= visible_devices) {
+    throw UsageError(fmt::format("--device-id {}: this process sees {} CUDA device(s) (numbered from 0)", device_id,
+                                 visible_devices));
+  }
+  return device_id;
+}
+
 World::World(const WorldOptions& o)
     : timeout_(o.timeout),
       rendezvous_timeout_(o.rendezvous_timeout),
@@ -81,12 +97,9 @@ World::World(const WorldOptions& o)
   }
   rank_ = *rendezvous_.rank;
   world_size_ = *rendezvous_.world_size;
-  const int64_t device_index = local_rank_.value_or(o.device_id);
   if (!o.cpu && torch::cuda::is_available()) {
-    if (device_index >= static_cast<int64_t>(torch::cuda::device_count())) {
-      throw UsageError(fmt::format("--device-id {}: this node has {} CUDA device(s)", device_index,
-                                   torch::cuda::device_count()));
-    }
+    const int64_t device_index =
+        cuda_device_for(local_rank_, o.device_id, static_cast<int64_t>(torch::cuda::device_count()));
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
 #ifdef HETSEQ_WITH_CUDA
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));

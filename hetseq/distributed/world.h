@@ -30,6 +30,13 @@ struct WorldOptions {
   bool debug_collectives = false;     // --debug-collectives: every collective checked across ranks
 };
 
+/// The CUDA device of a worker that sees `visible_devices` devices: its local rank (from torchrun or
+/// Slurm) when one was given, else --device-id. A local rank beyond the devices this process sees,
+/// when it sees exactly one, is a launcher that gave each worker its own device (Slurm's
+/// --gpus-per-task=1, a CUDA_VISIBLE_DEVICES per worker): device 0 is that worker's. Throws
+/// hetseq::UsageError naming the local rank or --device-id when there is no such device.
+int64_t cuda_device_for(std::optional<int64_t> local_rank, int64_t device_id, int64_t visible_devices);
+
 /// The ranks of a run and how they talk: rank, world size, this worker's device, and, once joined,
 /// the store and the c10d process group. A single process is the trivial World (world size 1, no
 /// store, no group). See Note [Joining a world].
