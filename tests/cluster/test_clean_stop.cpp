@@ -41,12 +41,7 @@ std::vector<int> processes_with(const std::string& marker) {
     if (pid <= 0 || pid == ::getpid()) continue;
     std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
     std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ifstream stat_in(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat;
-    std::getline(stat_in, stat);
-    const size_t paren = stat.rfind(')');
-    const bool zombie = paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
-    if (!zombie && cmdline.find(marker) != std::string::npos) pids.push_back(pid);
+    if (cmdline.find(marker) != std::string::npos && process_alive(pid)) pids.push_back(pid);
   }
   ::closedir(proc);
   return pids;

@@ -45,12 +45,18 @@ std::vector<std::string> train_args(const std::string& data, const std::string& 
           "--disable-validation", "--dump-sample-ids", ids};
 }
 
-// A port the kernel says is free now (the agents' rendezvous endpoint must be given up front).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+sockaddr_in loopback(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  return addr;
+}
+
+// A port the kernel says is free now (the agents' rendezvous endpoint must be given up front).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = loopback(0);
   ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -63,10 +69,7 @@ bool listening(int port, std::chrono::seconds patience) {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   do {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in addr = loopback(port);
     const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
     if (connected) return true;
@@ -104,15 +107,6 @@ int worker_pid(const std::string& mark, int rank) {
   return -1;
 }
 
-// Whether process `pid` is gone (or a zombie nobody reaped: in a container, PID 1 may not).
-bool gone(int pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';
-}
-
 size_t lines_in(const std::string& path) {
   std::ifstream in(path);
   return static_cast<size_t>(std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
@@ -140,6 +134,13 @@ std::vector<int64_t> samples_used(const std::string& ids, int ranks_before, int6
   }
   std::sort(used.begin(), used.end());
   return used;
+}
+
+// The updates done when the restarted workers resumed, from their "resumed from" line.
+int64_t resumed_at(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex("resumed from [^:]*checkpoint_last\\.pt: ([0-9]+) updates done")));
+  return std::stoll(m[1]);
 }
 
 std::vector<int64_t> iota_of(int64_t n) {
@@ -192,13 +193,11 @@ TEST_CASE("torchrun restarts the workers after one is killed, and they resume ex
   INFO(all);
   REQUIRE(!r.timed_out);
   CHECK(r.exit_code == 0);
-  std::smatch m;
-  REQUIRE(std::regex_search(all, m, std::regex("resumed from [^:]*checkpoint_last\\.pt: ([0-9]+) updates done")));
-  const int64_t resumed_at = std::stoll(m[1]);
-  CHECK(resumed_at >= 6);
+  const int64_t resumed = resumed_at(all);
+  CHECK(resumed >= 6);
   check_same_training_state(load_checkpoint(dir / "straight/checkpoint_last.pt"),
                             load_checkpoint(dir / "killed/checkpoint_last.pt"));
-  CHECK(samples_used(dir / "killed-ids", 2, resumed_at, 2) == iota_of(480));
+  CHECK(samples_used(dir / "killed-ids", 2, resumed, 2) == iota_of(480));
 }
 
 TEST_CASE("torchrun elastic: when one of two agents dies, its worker dies with it and the other agent finishes alone",
@@ -232,21 +231,21 @@ TEST_CASE("torchrun elastic: when one of two agents dies, its worker dies with i
   second.kill();
   second.wait(30s);
   const auto orphan_deadline = std::chrono::steady_clock::now() + 10s;
-  while (!gone(orphan) && std::chrono::steady_clock::now() < orphan_deadline) std::this_thread::sleep_for(20ms);
-  CHECK(gone(orphan));
-  if (!gone(orphan)) ::kill(orphan, SIGKILL);
+  while (process_alive(orphan) && std::chrono::steady_clock::now() < orphan_deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(!process_alive(orphan));
+  if (process_alive(orphan)) ::kill(orphan, SIGKILL);
   const ProcessResult r = first.wait(300s);
   const std::string all = r.out + r.err;
   INFO(all);
   REQUIRE(!r.timed_out);
   CHECK(r.exit_code == 0);
-  std::smatch m;
-  REQUIRE(std::regex_search(all, m, std::regex("resumed from [^:]*checkpoint_last\\.pt: ([0-9]+) updates done")));
-  const int64_t resumed_at = std::stoll(m[1]);
-  CHECK(resumed_at >= 7);
+  const int64_t resumed = resumed_at(all);
+  CHECK(resumed >= 7);
   CHECK_THAT(all, Contains("the data plan changed") && Contains("rank 0 of 1 joined via env://"));
   const Checkpoint last = load_checkpoint(dir / "save/checkpoint_last.pt");
   CHECK(last.data_plan.batch_sizes == std::vector<int64_t>{8});
-  CHECK(last.num_updates == resumed_at + (800 - 16 * resumed_at) / 8);  // the rest of the epoch, 8 at a time
-  CHECK(samples_used(dir / "ids", 2, resumed_at, 1) == iota_of(800));
+  CHECK(last.num_updates == resumed + (800 - 16 * resumed) / 8);  // the rest of the epoch, 8 at a time
+  CHECK(samples_used(dir / "ids", 2, resumed, 1) == iota_of(800));
 }

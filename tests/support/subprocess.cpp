@@ -177,6 +177,14 @@ ProcessResult Process::wait(std::chrono::seconds deadline) {
 
 void Process::kill() { ::kill(-pid_, SIGKILL); }
 
+bool process_alive(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
 std::string binary_path(const std::string& name) { return std::string(HETSEQ_BINARY_DIR) + "/bin/" + name; }
 
 }  // namespace hetseq::test

@@ -59,4 +59,7 @@ class Process {
 /// Path of a built program: build/bin/<name>.
 std::string binary_path(const std::string& name);
 
+/// Whether process `pid` exists and is not a zombie (in a container, PID 1 may never reap orphans).
+bool process_alive(int pid);
+
 }  // namespace hetseq::test
