@@ -31,4 +31,12 @@ if [ ! -f "$build/build.ninja" ]; then
     exit 1
   }
 fi
+if grep -q '^HETSEQ_BUILD_TESTS:BOOL=OFF' "$build/CMakeCache.txt"; then
+  # A build-fuzz/ configured for the fuzzers only (an older scripts/fuzz.sh) gains the test binary.
+  cmake "$build" -DHETSEQ_BUILD_TESTS=ON >"$build.configure.log" 2>&1 || {
+    cat "$build.configure.log" >&2
+    echo "[sanitizer-build] error: CMake could not add the tests to $build (log above)" >&2
+    exit 1
+  }
+fi
 cmake --build "$build" -j "$jobs" --target "$@"

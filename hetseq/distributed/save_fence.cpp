@@ -105,6 +105,15 @@ void SaveFence::run(int64_t id, const std::function<void()>& write) {
   const std::vector<uint8_t> verdict = store_->get(done_key);
   const std::string text(verdict.begin(), verdict.end());
   if (text != "ok") throw InputError(fmt::format("rank {} of {}: {}", rank_, world_size_, text));
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  if (waited >= 1.0) {
+    // A save long enough to notice: the user may want a faster --save-dir or fewer saves.
+    log::info("[checkpoint] rank {} of {} waited {:.1f} s for rank 0 to write the checkpoint at update {}{}", rank_,
+              world_size_, waited, id,
+              waited > std::chrono::duration<double>(liveness_).count()
+                  ? " (longer than --distributed-timeout; rank 0's heartbeat kept it waiting)"
+                  : "");
+  }
 }
 
 }  // namespace hetseq

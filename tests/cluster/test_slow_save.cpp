@@ -1,0 +1,101 @@
+// Level 2: a checkpoint save that takes longer than --distributed-timeout, in real processes. The save
+// directory is an ext4 filesystem on a loop device, and the test freezes it (fsfreeze, the kernel's own
+// mechanism for snapshots) while the run trains: rank 0's next save then blocks in the kernel exactly as on
+// a stalled shared filesystem, for three times the collective timeout, while rank 1 waits at the fence.
+// See Note [Checkpoint fence]; the fence's own cases (rank 0 failing, dying) are in
+// tests/distributed/test_rendezvous_keys.cpp. Needs root for the loop mount, as the Slurm test does.
+#include <unistd.h>
+
+#include <regex>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "hetseq/checkpoint/checkpoint.h"
+#include "support/mnist_files.h"
+#include "support/process_checks.h"
+#include "support/run_output.h"
+#include "support/subprocess.h"
+
+using namespace hetseq;
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+ProcessResult shell(const std::string& command) { return run_process({"/bin/sh", "-c", command}, 120s); }
+
+// An ext4 filesystem in a file, mounted through a loop device at `mount_point`; unfrozen and unmounted
+// on destruction, so that a failed test leaves no frozen mount behind.
+class LoopMount {
+ public:
+  LoopMount(const std::string& image, std::string mount_point) : mount_point_(std::move(mount_point)) {
+    const ProcessResult made = shell("truncate -s 128M '" + image + "' && mkfs.ext4 -q '" + image + "' && mkdir -p '" +
+                                     mount_point_ + "' && mount -o loop '" + image + "' '" + mount_point_ + "'");
+    INFO("mounting a loop device needs root and the loop driver (CI has both):\n" << made.out << made.err);
+    REQUIRE(made.exit_code == 0);
+    mounted_ = true;
+  }
+  ~LoopMount() {
+    if (!mounted_) return;
+    shell("fsfreeze -u '" + mount_point_ + "' 2>/dev/null; umount '" + mount_point_ + "' || umount -l '" +
+          mount_point_ + "'");
+  }
+  LoopMount(const LoopMount&) = delete;
+  LoopMount& operator=(const LoopMount&) = delete;
+
+ private:
+  std::string mount_point_;
+  bool mounted_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("a checkpoint save blocked three times longer than --distributed-timeout does not fail the other rank",
+          "[cluster][checkpoint]") {
+  REQUIRE(::geteuid() == 0);  // the loop mount and fsfreeze need root (CI runs as root)
+  TempDir dir;
+  write_random_mnist(dir.path(), 960, 40);
+  LoopMount disk(dir / "disk.img", dir / "disk");
+  constexpr int kTimeout = 3;  // --distributed-timeout, seconds
+  constexpr int kFrozen = 3 * kTimeout;
+  auto node = [&](const std::string& save_dir, const std::string& name) {
+    return std::vector<std::string>{binary_path("hetseq-train"), "--task", "mnist", "--data", dir.path(), "--cpu",
+                                    "--optimizer", "adam", "--lr", "0.001", "--num-workers", "0",
+                                    "--intra-op-threads", "1", "--no-progress-bar", "--seed", "11", "--max-sentences",
+                                    "8", "--distributed-gpus", "2", "--distributed-world-size", "2",
+                                    "--distributed-init-method", "file://" + (dir / ("rdv-" + name)),
+                                    "--distributed-timeout", std::to_string(kTimeout), "--rendezvous-timeout", "120",
+                                    "--max-epoch", "2", "--save-dir", save_dir, "--save-interval-updates", "4",
+                                    "--keep-interval-updates", "2", "--disable-validation", "--log-all-ranks"};
+  };
+  const ProcessResult straight = run_process(node(dir / "straight", "straight"), 300s);
+  require_success(straight, "run on the normal disk");
+
+  Process run(node(dir / "disk/save", "frozen"));
+  REQUIRE(run.wait_for_err("4 updates)", 120s));  // the first save went through: training is under way
+  // The freeze lifts itself after kFrozen seconds even if this test dies in between.
+  Process freezer({"/bin/sh", "-c",
+                   "fsfreeze -f '" + (dir / "disk") + "' && echo frozen && sleep " + std::to_string(kFrozen) +
+                       " && fsfreeze -u '" + (dir / "disk") + "'"});
+  const ProcessResult thawed = freezer.wait(std::chrono::seconds(kFrozen + 60));
+  INFO("fsfreeze: " << thawed.out << thawed.err);
+  REQUIRE(thawed.exit_code == 0);
+  // 120 updates take a few seconds: a run still going after the freeze was held up by it.
+  CHECK(process_alive(run.pid()));
+  const ProcessResult frozen = run.wait(300s);
+  require_success(frozen, "run whose save directory froze");
+
+  // Rank 1 waited at the fence for the whole freeze, longer than a collective may wait, and said so.
+  std::smatch m;
+  REQUIRE(std::regex_search(frozen.err, m,
+                            std::regex("rank 1 of 2 waited ([0-9.]+) s for rank 0 to write the checkpoint at update "
+                                       "([0-9]+) \\(longer than --distributed-timeout; rank 0's heartbeat kept it "
+                                       "waiting\\)")));
+  CHECK(std::stod(m[1]) > 2 * kTimeout);  // most of the freeze: it began within a save interval of a save
+  CHECK(std::stoll(m[2]) % 4 == 0);
+  // And the run is the run that never waited.
+  check_same_training_state(load_checkpoint(dir / "straight/checkpoint_last.pt"),
+                            load_checkpoint(dir / "disk/save/checkpoint_last.pt"));
+  CHECK(load_checkpoint(dir / "disk/save/checkpoint_last.pt").num_updates == 120);
+}
