@@ -1,10 +1,14 @@
 #include "tasks/bert/bert_shard.h"
 
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
 #include <type_traits>
 #include <utility>
 
 #include <hdf5.h>
+#include <zlib.h>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
@@ -70,15 +74,137 @@ std::vector<int64_t> dataset_shape(hid_t file, const std::string& path, const st
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
+// Note [Short chunks]
+// ~~~~~~~~~~~~~~~~~~~
+// Debian's HDF5 1.10.8 does not check that a gzip-compressed chunk inflates to the chunk's size. A
+// damaged chunk that inflates short makes H5Dread copy past the end of HDF5's own buffer into the rows
+// (a heap over-read, found by fuzzing the shard reader under ASan: docs/RELIABILITY.md). So before the
+// first read that touches a chunk of a compressed dataset, hetseq reads the chunk as stored
+// (H5Dread_chunk) and inflates it itself with zlib into a buffer one byte larger than a chunk: anything
+// but exactly a chunk's bytes is a corrupt file, reported with the row and the dataset. A chunk stored
+// without the filter (the filter mask says so) must hold exactly a chunk's bytes. Each chunk is checked
+// once per open shard, which costs one more inflate of every chunk that training reads; pipelines other
+// than deflate, optionally after shuffle (which keeps the size), are left to HDF5 as before.
+
+/// Checks the chunks of one dataset as reads reach them (Note [Short chunks]).
+class ChunkCheck {
+ public:
+  ChunkCheck(hid_t set, const std::string& path, const std::string& name) : path_(path), name_(name) {
+    Handle create(H5Dget_create_plist(set), H5Pclose);
+    if (!create.valid() || H5Pget_layout(create.get()) != H5D_CHUNKED) return;
+    const int filters = H5Pget_nfilters(create.get());
+    for (int i = 0; i < filters; ++i) {
+      unsigned flags = 0;
+      size_t values = 0;
+      unsigned config = 0;
+      const H5Z_filter_t id = H5Pget_filter2(create.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0,
+                                             nullptr, &config);
+      const bool last = i == filters - 1;
+      if (last && id == H5Z_FILTER_DEFLATE) {
+        deflate_index_ = i;
+      } else if (last || id != H5Z_FILTER_SHUFFLE) {
+        return;  // another pipeline: left to HDF5
+      }
+    }
+    if (deflate_index_ < 0) return;
+    Handle space(H5Dget_space(set), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 1 || rank > 2) return;
+    chunk_.assign(static_cast<size_t>(rank), 1);
+    if (H5Pget_chunk(create.get(), rank, chunk_.data()) != rank) return;
+    Handle type(H5Dget_type(set), H5Tclose);
+    chunk_bytes_ = H5Tget_size(type.get());
+    for (hsize_t c : chunk_) chunk_bytes_ *= c;
+    if (chunk_bytes_ == 0 || chunk_bytes_ > (hsize_t{1} << 31)) return;  // HDF5 refuses such chunks itself
+    applies_ = true;
+  }
+
+  /// Checks every chunk that rows `rows` and columns [0, width) touch and that no earlier call checked.
+  void before_read(hid_t set, const std::vector<int64_t>& rows, int64_t width) {
+    if (!applies_) return;
+    const hsize_t columns = chunk_.size() == 2 ? (static_cast<hsize_t>(width) + chunk_[1] - 1) / chunk_[1] : 1;
+    for (int64_t row : rows) {
+      const hsize_t chunk_row = static_cast<hsize_t>(row) / chunk_[0];
+      for (hsize_t c = 0; c < columns; ++c) {
+        if (!checked_.insert({chunk_row, c}).second) continue;
+        hsize_t offset[2] = {chunk_row * chunk_[0], c * (chunk_.size() == 2 ? chunk_[1] : 1)};
+        check(set, offset);
+      }
+    }
+  }
+
+ private:
+  void check(hid_t set, const hsize_t* offset) const {
+    unsigned mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t stored = 0;
+    if (H5Dget_chunk_info_by_coord(set, offset, &mask, &address, &stored) < 0 || address == HADDR_UNDEF) {
+      return;  // not written: HDF5 reads the fill value
+    }
+    const std::string where = fmt::format("{}: dataset '{}', the chunk of row {}", path_, name_, offset[0]);
+    hsize_t file_size = 0;
+    Handle file(H5Iget_file_id(set), H5Fclose);
+    if (H5Fget_filesize(file.get(), &file_size) < 0 || stored > file_size) {
+      throw InputError(fmt::format("{}: stored as {} bytes, more than the file holds; the file is corrupt", where,
+                                   stored));
+    }
+    std::vector<uint8_t> raw(static_cast<size_t>(stored));
+    if (stored == 0 || H5Dread_chunk(set, H5P_DEFAULT, offset, &mask, raw.data()) < 0) {
+      throw InputError(fmt::format("{}: cannot be read; the file is truncated or corrupt", where));
+    }
+    if ((mask >> deflate_index_) & 1U) {  // stored without compression
+      if (stored != chunk_bytes_) {
+        throw InputError(fmt::format("{}: holds {} bytes, not the {} of a chunk; the file is corrupt", where, stored,
+                                     chunk_bytes_));
+      }
+      return;
+    }
+    std::vector<uint8_t> inflated(static_cast<size_t>(chunk_bytes_) + 1);
+    z_stream z{};
+    if (inflateInit(&z) != Z_OK) throw std::bad_alloc();
+    z.next_in = raw.data();
+    z.avail_in = static_cast<uInt>(raw.size());
+    z.next_out = inflated.data();
+    z.avail_out = static_cast<uInt>(inflated.size());
+    const int status = inflate(&z, Z_FINISH);
+    const uLong produced = z.total_out;
+    const std::string zlib_message = z.msg != nullptr ? z.msg : zError(status);
+    inflateEnd(&z);
+    if (status == Z_STREAM_END && produced == chunk_bytes_) return;
+    if (status == Z_STREAM_END) {
+      throw InputError(fmt::format("{}: inflates to {} bytes, not the {} of a chunk; the file is corrupt", where,
+                                   produced, chunk_bytes_));
+    }
+    if (produced > chunk_bytes_) {
+      throw InputError(fmt::format("{}: inflates to more than the {} bytes of a chunk; the file is corrupt", where,
+                                   chunk_bytes_));
+    }
+    throw InputError(fmt::format("{}: does not inflate (zlib: {}); the file is corrupt", where,
+                                 zlib_message));
+  }
+
+  std::string path_;
+  std::string name_;
+  bool applies_ = false;
+  int deflate_index_ = -1;
+  std::vector<hsize_t> chunk_;
+  hsize_t chunk_bytes_ = 0;
+  std::set<std::pair<hsize_t, hsize_t>> checked_;
+};
+
 /// Reads rows `rows` of the [N, width] (or [N]) dataset `name` as int64 [k, width].
 torch::Tensor read_dataset_rows(hid_t file, const std::string& path, const std::string& name,
-                                const std::vector<int64_t>& rows, int64_t width) {
+                                const std::vector<int64_t>& rows, int64_t width,
+                                std::map<std::string, ChunkCheck>& chunks) {
   Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
   Handle file_space(H5Dget_space(set.get()), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(file_space.get());
   const auto k = static_cast<int64_t>(rows.size());
   torch::Tensor out = torch::empty({k, width}, torch::kInt64);
   if (k == 0) return out;
+  auto check = chunks.find(name);
+  if (check == chunks.end()) check = chunks.emplace(name, ChunkCheck(set.get(), path, name)).first;
+  check->second.before_read(set.get(), rows, width);
   H5Sselect_none(file_space.get());
   // Consecutive rows become one hyperslab block: [begin, begin + count).
   size_t i = 0;
@@ -170,7 +296,11 @@ ShardLayout inspect_shard(const std::string& path) {
   return layout;
 }
 
-ShardReader::ShardReader(ShardLayout layout) : layout_(std::move(layout)) {
+struct ShardReader::Chunks {
+  std::map<std::string, ChunkCheck> by_dataset;
+};
+
+ShardReader::ShardReader(ShardLayout layout) : layout_(std::move(layout)), chunks_(std::make_unique<Chunks>()) {
   silence_hdf5();
   file_ = H5Fopen(layout_.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw InputError(fmt::format("{}: cannot open the HDF5 file", layout_.path));
@@ -189,12 +319,12 @@ ShardRows ShardReader::read(const std::vector<int64_t>& rows) const {
   const std::string& p = layout_.path;
   const int64_t s = layout_.seq_length, m = layout_.max_predictions;
   ShardRows out;
-  out.input_ids = read_dataset_rows(file_, p, "input_ids", rows, s);
-  out.input_mask = read_dataset_rows(file_, p, "input_mask", rows, s);
-  out.segment_ids = read_dataset_rows(file_, p, "segment_ids", rows, s);
-  out.masked_lm_positions = read_dataset_rows(file_, p, "masked_lm_positions", rows, m);
-  out.masked_lm_ids = read_dataset_rows(file_, p, "masked_lm_ids", rows, m);
-  out.next_sentence_labels = read_dataset_rows(file_, p, "next_sentence_labels", rows, 1).view({-1});
+  out.input_ids = read_dataset_rows(file_, p, "input_ids", rows, s, chunks_->by_dataset);
+  out.input_mask = read_dataset_rows(file_, p, "input_mask", rows, s, chunks_->by_dataset);
+  out.segment_ids = read_dataset_rows(file_, p, "segment_ids", rows, s, chunks_->by_dataset);
+  out.masked_lm_positions = read_dataset_rows(file_, p, "masked_lm_positions", rows, m, chunks_->by_dataset);
+  out.masked_lm_ids = read_dataset_rows(file_, p, "masked_lm_ids", rows, m, chunks_->by_dataset);
+  out.next_sentence_labels = read_dataset_rows(file_, p, "next_sentence_labels", rows, 1, chunks_->by_dataset).view({-1});
   return out;
 }
 

@@ -51,12 +51,16 @@ class ShardReader {
   ShardReader& operator=(const ShardReader&) = delete;
 
   /// Reads the rows `rows` (ascending, distinct, each in [0, N)) of every dataset with one HDF5 read per dataset.
+  /// The first read that reaches a compressed chunk checks that it inflates to a chunk's size (Note [Short chunks]);
+  /// a damaged chunk is a hetseq::InputError naming the file, the dataset and the row.
   ShardRows read(const std::vector<int64_t>& rows) const;
   const ShardLayout& layout() const { return layout_; }
 
  private:
+  struct Chunks;  // the chunks checked so far, per dataset
   ShardLayout layout_;
   int64_t file_ = -1;  // hid_t of the open file
+  std::unique_ptr<Chunks> chunks_;  // changed by read(), which callers serialise (see above)
 };
 
 }  // namespace hetseq::bert

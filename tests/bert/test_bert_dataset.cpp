@@ -5,7 +5,9 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <hdf5.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include "bert/shard_writer.h"
 #include "hetseq/core/error.h"
@@ -43,6 +45,29 @@ std::string load_error(const std::string& file) {
   }
   FAIL("expected an InputError for " << file);
   return {};
+}
+
+/// Replaces the stored bytes of the chunk of dataset `name` that starts at row `row` (HDF5's direct chunk write,
+/// which bypasses the filters): `filter_mask` 0 says the bytes are deflated, 1 that they are not.
+void overwrite_chunk(const std::string& file, const std::string& name, hsize_t row, const std::vector<uint8_t>& bytes,
+                     uint32_t filter_mask = 0) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t set = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const hsize_t offset[2] = {row, 0};
+  const herr_t written = H5Dwrite_chunk(set, H5P_DEFAULT, filter_mask, offset, bytes.size(), bytes.data());
+  H5Dclose(set);
+  H5Fclose(f);
+  REQUIRE(written >= 0);
+}
+
+/// `n` bytes of ones, deflated as HDF5's gzip filter stores them.
+std::vector<uint8_t> deflated(size_t n) {
+  const std::vector<uint8_t> plain(n, 1);
+  uLongf length = compressBound(n);
+  std::vector<uint8_t> out(length);
+  REQUIRE(compress2(out.data(), &length, plain.data(), n, 6) == Z_OK);
+  out.resize(length);
+  return out;
 }
 
 }  // namespace
@@ -206,4 +231,45 @@ TEST_CASE("BERT batches can be built from several threads at once", "[bert][data
   }
   for (auto& th : threads) th.join();
   CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("a compressed chunk that does not inflate to a chunk's size is an error naming the file, the dataset and "
+          "the row",
+          "[bert][data]") {
+  // Debian's HDF5 would copy past the end of a short chunk into the rows (Note [Short chunks]).
+  TempDir dir;
+  const std::string file = dir / "shard_train.hdf5";
+  auto shard = make_shard(8, 16, 4);
+  for (auto& [name, array] : shard) array.gzip = true;  // chunks of 4 rows: 4 x 16 int32 = 256 bytes for input_mask
+  write_shard(file, shard);
+  const std::string chunk = file + ": dataset 'input_mask', the chunk of row 4";
+  {
+    // Intact chunks read as the same rows as a contiguous shard.
+    auto plain = make_shard(8, 16, 4);
+    write_shard(dir / "plain_train.hdf5", plain);
+    BertDataset compressed(options_for({file}));
+    BertDataset contiguous(options_for({dir / "plain_train.hdf5"}));
+    const std::vector<int64_t> rows{0, 3, 4, 7};
+    const hetseq::Batch a = compressed.collate(rows), b = contiguous.collate(rows);
+    for (const char* field : {"input_ids", "input_mask", "segment_ids", "masked_lm_labels", "next_sentence_labels"}) {
+      INFO(field);
+      CHECK(torch::equal(a.at(field), b.at(field)));
+    }
+  }
+  SECTION("inflates short") {
+    overwrite_chunk(file, "input_mask", 4, deflated(168));
+    CHECK(load_error(file) == chunk + ": inflates to 168 bytes, not the 256 of a chunk; the file is corrupt");
+  }
+  SECTION("inflates long") {
+    overwrite_chunk(file, "input_mask", 4, deflated(300));
+    CHECK(load_error(file) == chunk + ": inflates to more than the 256 bytes of a chunk; the file is corrupt");
+  }
+  SECTION("is not a zlib stream") {
+    overwrite_chunk(file, "input_mask", 4, std::vector<uint8_t>(40, 0xab));
+    CHECK_THAT(load_error(file), Catch::StartsWith(chunk + ": does not inflate (zlib: "));
+  }
+  SECTION("is stored uncompressed and short") {
+    overwrite_chunk(file, "input_mask", 4, std::vector<uint8_t>(100, 1), 1);
+    CHECK(load_error(file) == chunk + ": holds 100 bytes, not the 256 of a chunk; the file is corrupt");
+  }
 }
