@@ -80,8 +80,8 @@ std::vector<int64_t> dataset_shape(hid_t file, const std::string& path, const st
 // damaged chunk that inflates short makes H5Dread copy past the end of HDF5's own buffer into the rows
 // (a heap over-read, found by fuzzing the shard reader under ASan: docs/RELIABILITY.md). So before the
 // first read that touches a chunk of a compressed dataset, hetseq reads the chunk as stored
-// (H5Dread_chunk) and inflates it itself with zlib into a buffer one byte larger than a chunk: anything
-// but exactly a chunk's bytes is a corrupt file, reported with the row and the dataset. A chunk stored
+// (H5Dread_chunk) and inflates it itself with zlib, counting the bytes: anything but exactly a chunk's
+// bytes is a corrupt file, reported with the row and the dataset. A chunk stored
 // without the filter (the filter mask says so) must hold exactly a chunk's bytes. Each chunk is checked
 // once per open shard, which costs one more inflate of every chunk that training reads; pipelines other
 // than deflate, optionally after shuffle (which keeps the size), are left to HDF5 as before.
@@ -115,7 +115,7 @@ class ChunkCheck {
     Handle type(H5Dget_type(set), H5Tclose);
     chunk_bytes_ = H5Tget_size(type.get());
     for (hsize_t c : chunk_) chunk_bytes_ *= c;
-    if (chunk_bytes_ == 0 || chunk_bytes_ > (hsize_t{1} << 31)) return;  // HDF5 refuses such chunks itself
+    if (chunk_bytes_ == 0) return;
     applies_ = true;
   }
 
@@ -159,25 +159,34 @@ class ChunkCheck {
       }
       return;
     }
-    std::vector<uint8_t> inflated(static_cast<size_t>(chunk_bytes_) + 1);
+    // Inflated through a small window, counting bytes: a damaged file's chunk size allocates nothing here.
+    std::vector<uint8_t> window(64 * 1024);
     z_stream z{};
     if (inflateInit(&z) != Z_OK) throw std::bad_alloc();
     z.next_in = raw.data();
     z.avail_in = static_cast<uInt>(raw.size());
-    z.next_out = inflated.data();
-    z.avail_out = static_cast<uInt>(inflated.size());
-    const int status = inflate(&z, Z_FINISH);
+    int status = Z_OK;
+    while (status == Z_OK && z.total_out <= chunk_bytes_) {
+      z.next_out = window.data();
+      z.avail_out = static_cast<uInt>(window.size());
+      status = inflate(&z, Z_NO_FLUSH);
+    }
     const uLong produced = z.total_out;
+    const bool input_ended = z.avail_in == 0;
     const std::string zlib_message = z.msg != nullptr ? z.msg : zError(status);
     inflateEnd(&z);
     if (status == Z_STREAM_END && produced == chunk_bytes_) return;
+    if (produced > chunk_bytes_) {
+      throw InputError(fmt::format("{}: inflates to more than the {} bytes of a chunk; the file is corrupt", where,
+                                   chunk_bytes_));
+    }
     if (status == Z_STREAM_END) {
       throw InputError(fmt::format("{}: inflates to {} bytes, not the {} of a chunk; the file is corrupt", where,
                                    produced, chunk_bytes_));
     }
-    if (produced > chunk_bytes_) {
-      throw InputError(fmt::format("{}: inflates to more than the {} bytes of a chunk; the file is corrupt", where,
-                                   chunk_bytes_));
+    if (status == Z_BUF_ERROR && input_ended) {  // the stream stops short (what HDF5 itself lets through)
+      throw InputError(fmt::format("{}: its compressed data ends after {} of the chunk's {} bytes; the file is corrupt",
+                                   where, produced, chunk_bytes_));
     }
     throw InputError(fmt::format("{}: does not inflate (zlib: {}); the file is corrupt", where,
                                  zlib_message));

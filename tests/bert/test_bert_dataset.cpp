@@ -264,6 +264,13 @@ TEST_CASE("a compressed chunk that does not inflate to a chunk's size is an erro
     overwrite_chunk(file, "input_mask", 4, deflated(300));
     CHECK(load_error(file) == chunk + ": inflates to more than the 256 bytes of a chunk; the file is corrupt");
   }
+  SECTION("ends early") {
+    auto cut = deflated(256);
+    cut.resize(cut.size() / 2);
+    overwrite_chunk(file, "input_mask", 4, cut);
+    CHECK_THAT(load_error(file), Catch::StartsWith(chunk + ": its compressed data ends after ") &&
+                                     Catch::EndsWith(" of the chunk's 256 bytes; the file is corrupt"));
+  }
   SECTION("is not a zlib stream") {
     overwrite_chunk(file, "input_mask", 4, std::vector<uint8_t>(40, 0xab));
     CHECK_THAT(load_error(file), Catch::StartsWith(chunk + ": does not inflate (zlib: "));
