@@ -1,6 +1,9 @@
 #include "hetseq/task/task.h"
 
 #include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "hetseq/core/error.h"
 
 namespace hetseq {
 
@@ -17,6 +20,50 @@ StepOutput Task::train_step(torch::nn::Module& model, const Batch& batch, const 
 StepOutput Task::valid_step(torch::nn::Module& model, const Batch& batch) {
   torch::NoGradGuard no_grad;
   return compute_loss(model, batch);
+}
+
+// Note [Statistics on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A task's losses and correct counts come out of the forward pass as device tensors. Reading each
+// with .item() made every micro-batch wait for the device several times (six reads for BERT) before
+// the next forward could be queued. Now a task returns them as 0-dim tensors (StepOutput::log_tensors)
+// and keeps on the host only what the batch itself says (sample counts). The Controller adds the
+// tensors up over the update's micro-batches on the device, in float64, and reads them all with one
+// copy when the statistics must travel (the start of the last backward, Note [Stat sync]); validation
+// reads them once per validation run. The sums are the same doubles as before, bit for bit: each
+// tensor is converted to float64 exactly as .item<double>() converted it, and added in the same
+// order. Per update this leaves two reads on the host: the statistics, and the gradient norm that
+// decides clipping and overflow (UpdateResult::host_reads counts them).
+
+void add_log_tensors(LogTensors& into, const LogTensors& from) {
+  for (const auto& [name, value] : from) {
+    HETSEQ_ASSERT(value.defined() && value.numel() == 1, "the log tensor '{}' must be a scalar", name);
+    const torch::Tensor v = value.detach().reshape({}).to(torch::kFloat64);
+    auto it = into.find(name);
+    if (it == into.end()) {
+      into.emplace(name, v);
+    } else {
+      it->second = it->second + v;
+    }
+  }
+}
+
+bool add_to_host(LogSums& sums, const LogTensors& tensors) {
+  if (tensors.empty()) return false;
+  std::vector<torch::Tensor> values;
+  values.reserve(tensors.size());
+  for (const auto& [name, value] : tensors) values.push_back(value.detach().reshape({}).to(torch::kFloat64));
+  const torch::Tensor host = torch::stack(values).to(torch::kCPU);
+  const double* data = host.data_ptr<double>();
+  size_t i = 0;
+  for (const auto& [name, value] : tensors) sums[name] += data[i++];
+  return true;
+}
+
+LogSums host_log(const StepOutput& step) {
+  LogSums sums = step.log;
+  add_to_host(sums, step.log_tensors);
+  return sums;
 }
 
 std::map<std::string, double> Task::derived_metrics(const LogSums& /*sums*/) const { return {}; }

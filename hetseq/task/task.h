@@ -25,6 +25,18 @@ inline double sum_or(const LogSums& sums, const std::string& key, double fallbac
   return it == sums.end() ? fallback : it->second;
 }
 
+/// Sums that a step computed on its device (losses, correct counts), as 0-dim tensors: reading them
+/// with .item() would make every micro-batch wait for the device. The Controller adds them up on the
+/// device and reads them on the host once per update. See Note [Statistics on the device].
+using LogTensors = std::map<std::string, torch::Tensor>;
+
+/// Adds each tensor of `from` into `into` as float64 on its device, without waiting for the device.
+void add_log_tensors(LogTensors& into, const LogTensors& from);
+
+/// Reads `tensors` on the host with one copy and adds them into `sums`. Returns whether it copied
+/// (false when `tensors` is empty).
+bool add_to_host(LogSums& sums, const LogTensors& tensors);
+
 /// ln 2: losses are summed in nats and logged in bits (base 2), as fairseq logs them.
 inline constexpr double kLn2 = 0.69314718055994530942;
 
@@ -35,8 +47,15 @@ struct StepOutput {
   torch::Tensor loss;
   /// The count the loss is a sum over (samples, sentences or tokens, as the task documents).
   double sample_size = 0;
+  /// Sums known on the host without the device (counts from the batch).
   LogSums log;
+  /// Sums computed on the device (see LogTensors). A name is in `log` or here, not in both.
+  LogTensors log_tensors;
 };
+
+/// All of a step's sums on the host (`log` and `log_tensors`, read with one copy), for tests and tools
+/// that look at one step.
+LogSums host_log(const StepOutput& step);
 
 /// Where a task's model and batches live.
 struct TaskContext {

@@ -85,7 +85,7 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   UpdateResult result;
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   reducer_->before_forward();
-  result.sums = reducer_->finish_update(run_micro_batches(micro_batches, result.loss_scale));
+  result.sums = reducer_->finish_update(run_micro_batches(micro_batches, result.loss_scale, result.host_reads));
   const double sample_size = sum_or(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
@@ -114,15 +114,23 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   return result;
 }
 
-LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale) {
-  LogSums local;  // [stat name] summed over the non-empty micro-batches; see Note [Empty micro-batches]
-  // A step's statistics into `into`, in the one order used both before backward and after the step.
-  auto add_step = [](LogSums& into, const StepOutput& step) {
+LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale,
+                                      int64_t& host_reads) {
+  // [stat name] summed over the non-empty micro-batches (see Note [Empty micro-batches]): what the
+  // task knew on the host, and what it computed on the device, added up there (Note [Statistics on
+  // the device]).
+  LogSums local;
+  LogTensors local_tensors;
+  // A step's statistics into the sums, in the one order used both before backward and after the step.
+  auto add_step = [](LogSums& into, LogTensors* into_tensors, const StepOutput& step) {
     for (const auto& [name, value] : step.log) {
       if (name != "sample_size") into[name] += value;
     }
     into["sample_size"] += step.sample_size;
+    if (into_tensors != nullptr) add_log_tensors(*into_tensors, step.log_tensors);
   };
+  // The device's sums of the whole update, read once at the last backward.
+  LogSums device_sums;
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
     const bool empty = micro_batches[k].empty();
@@ -134,7 +142,10 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
       if (k != count - 1) return run_backward(step.loss, k, count, loss_scale, nullptr);
       // The update's statistics are complete now: they travel during this backward (Note [Stat sync]).
       LogSums stats = local;
-      if (!empty) add_step(stats, step);
+      LogTensors tensors = local_tensors;
+      if (!empty) add_step(stats, &tensors, step);
+      if (add_to_host(device_sums, tensors)) ++host_reads;
+      for (const auto& [name, value] : device_sums) stats[name] += value;
       run_backward(step.loss, k, count, loss_scale, &stats);
     };
     if (empty) {
@@ -148,8 +159,10 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     forward.reset();
-    add_step(local, out);
+    // The device's sums: on the device until the last backward reads them all.
+    add_step(local, k == count - 1 ? nullptr : &local_tensors, out);
   }
+  for (const auto& [name, value] : device_sums) local[name] += value;
   return local;
 }
 
@@ -193,6 +206,7 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
     norm = torch::stack(norms).norm();
   }
   result.gnorm = norm.item<double>();
+  ++result.host_reads;
   if (scaler_ && !std::isfinite(result.gnorm)) {
     result.skipped = true;
     return;

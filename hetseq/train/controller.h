@@ -40,6 +40,9 @@ struct UpdateResult {
   /// and the loss scale went down. Every rank gets the same answer. See Note [Loss scaling].
   bool skipped = false;
   double loss_scale = 1;  // the scale this update's loss was multiplied by
+  /// Times the update read values from the device on the host: the statistics (once, however many
+  /// micro-batches) and the gradient norm. See Note [Statistics on the device].
+  int64_t host_reads = 0;
 };
 
 /// Runs updates: accumulates the gradients of an update's micro-batches, has the GradientReducer
@@ -99,8 +102,9 @@ class Controller {
 
  private:
   void load_optimizer_state(const TrainingState& state, const std::string& source);
-  /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics.
-  LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale);
+  /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics and
+  /// counts its reads of the device in `host_reads`.
+  LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads);
   /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times
   /// `loss_scale`, the reducer's hooks armed; `stats`: the update's statistics, for the last one.
   void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale,

@@ -20,6 +20,7 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
   stream.begin_epoch(1);
   model.eval();
   LogSums local;
+  LogTensors on_device;  // read once, after the last batch (Note [Statistics on the device])
   while (!stream.end_of_epoch()) {
     for (const Batch& batch : stream.next()) {
       if (batch.empty()) continue;
@@ -27,8 +28,10 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
       StepOutput out = task_.valid_step(model, batch.to(options_.device));
       out.log["sample_size"] = out.sample_size;
       for (const auto& [k, v] : out.log) local[k] += v;
+      add_log_tensors(on_device, out.log_tensors);
     }
   }
+  add_to_host(local, on_device);
   return reducer_->reduce_sums(local);
 }
 

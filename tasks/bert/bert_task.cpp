@@ -110,16 +110,18 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   out.loss = mlm + nsp;
 
   torch::NoGradGuard no_grad;
-  out.log["loss"] = out.loss.item<double>();
-  out.log["mlm_loss_sum"] = mlm.item<double>();
-  out.log["nsp_loss_sum"] = nsp.item<double>();
-  out.log["nll_loss"] = token_loss.sum().item<double>();
+  // Losses and correct counts stay on the device, read once per update (Note [Statistics on the device]);
+  // the number of masked tokens is known on the host already (nonzero above).
   out.log["ntokens"] = static_cast<double>(masked.size(0));
+  out.log_tensors["loss"] = out.loss.detach();
+  out.log_tensors["mlm_loss_sum"] = mlm.detach();
+  out.log_tensors["nsp_loss_sum"] = nsp.detach();
+  out.log_tensors["nll_loss"] = token_loss.detach().sum();
   // Correct when the target's logit is the largest (a tie counts as correct): a vectorised max and a gather,
   // where argmax over the vocabulary runs a scalar loop that cost 6-10% of a tiny-BERT update.
   const torch::Tensor target_logit = mlm_logits.gather(1, targets.unsqueeze(1)).squeeze(1);
-  out.log["mlm_correct"] = static_cast<double>(target_logit.ge(mlm_logits.amax(1)).sum().item<int64_t>());
-  out.log["nsp_correct"] = static_cast<double>(pred.nsp_logits.argmax(1).eq(nsp_labels).sum().item<int64_t>());
+  out.log_tensors["mlm_correct"] = target_logit.ge(mlm_logits.amax(1)).sum();
+  out.log_tensors["nsp_correct"] = pred.nsp_logits.argmax(1).eq(nsp_labels).sum();
   return out;
 }
 

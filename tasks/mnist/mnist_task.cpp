@@ -127,10 +127,11 @@ StepOutput MnistTask::compute_loss(torch::nn::Module& model, const Batch& batch)
   const torch::Tensor log_probs = net->forward(batch.at("input"));  // [n, 10]
   out.loss = torch::nn::functional::nll_loss(
       log_probs, target, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kSum));
-  const double loss = out.loss.detach().item<double>();
-  out.log["loss"] = loss;
-  out.log["nll_loss"] = loss;
-  out.log["ncorrect"] = static_cast<double>(log_probs.argmax(1).eq(target).sum().item<int64_t>());
+  // On the device, read once per update (Note [Statistics on the device]).
+  const torch::Tensor loss = out.loss.detach();
+  out.log_tensors["loss"] = loss;
+  out.log_tensors["nll_loss"] = loss;
+  out.log_tensors["ncorrect"] = log_probs.detach().argmax(1).eq(target).sum();
   return out;
 }
 

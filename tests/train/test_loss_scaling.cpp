@@ -261,3 +261,30 @@ TEST_CASE("fp16 autocast with a loss scale trains the mnist model on the CPU", "
   }
   CHECK(last < 0.5 * first);
 }
+
+TEST_CASE("an update reads the device twice, however many micro-batches: the summed statistics and the gradient "
+          "norm",
+          "[precision][stats]") {
+  // See Note [Statistics on the device].
+  TempDir dir;
+  hetseq::test::write_random_mnist(dir.path(), 32, 8, 7);
+  Trainer t(dir.path(), Precision::kFloat32, std::nullopt);
+  for (const int64_t parts : {1, 2, 4}) {
+    INFO(parts << " micro-batches");
+    std::vector<hetseq::Batch> batches;
+    for (int64_t m = 0; m < parts; ++m) {
+      std::vector<int64_t> rows;
+      for (int64_t i = m; i < 16; i += parts) rows.push_back(i);
+      batches.push_back(t.data->collate(rows));
+    }
+    const auto r = t.controller->train_update(batches);
+    CHECK(r.host_reads == 2);
+    CHECK(r.sums.at("sample_size") == 16);
+    CHECK(r.sums.at("nsentences") == 16);
+    CHECK(std::isfinite(r.sums.at("loss")));
+    CHECK(r.sums.at("loss") > 0);
+    CHECK(r.sums.at("ncorrect") >= 0);
+    CHECK(r.sums.at("ncorrect") <= 16);
+    CHECK(r.sums.at("ncorrect") == std::round(r.sums.at("ncorrect")));
+  }
+}
