@@ -171,6 +171,25 @@ TEST_CASE("each kind of malformed BERT shard is an error naming the file and the
     write_shard(file, shard);
     CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'segment_ids' holds float values"));
   }
+  SECTION("integers wider than 8 bytes") {
+    write_shard(file, shard);
+    // segment_ids again, as 16-byte integers (HDF5 converts the int64 values).
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(H5Ldelete(f, "segment_ids", H5P_DEFAULT) >= 0);
+    const hid_t wide = H5Tcopy(H5T_STD_I64LE);
+    REQUIRE(H5Tset_size(wide, 16) >= 0);
+    const hsize_t dims[2] = {4, 16};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t set = H5Dcreate2(f, "segment_ids", wide, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const herr_t written = H5Dwrite(set, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                    shard["segment_ids"].values.data());
+    H5Dclose(set);
+    H5Sclose(space);
+    H5Tclose(wide);
+    H5Fclose(f);
+    REQUIRE(written >= 0);
+    CHECK_THAT(load_error(file), Catch::Contains(file) && Catch::Contains("'segment_ids' holds integers of 16 bytes"));
+  }
   SECTION("ids outside the vocabulary") {
     shard["input_ids"].values[16 * 2 + 3] = 30522;
     write_shard(file, shard);
