@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <unordered_map>
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -211,7 +212,8 @@ class Reader {
     return v.toStringRef();
   }
   // See Note [Unpickled values].
-  void plain_values(const c10::IValue& v, const std::string& where) const {
+  void plain_values(const c10::IValue& v, const std::string& where,
+                    const std::unordered_map<const void*, size_t>& record_sizes) const {
     if (v.isGenericDict()) {
       for (const auto& e : v.toGenericDict()) {
         if (!e.key().isString()) {
@@ -219,12 +221,40 @@ class Reader {
                            where.empty() ? std::string("the archive's dict") : fmt::format("the entry '{}'", where),
                            e.key().tagKind()));
         }
-        plain_values(e.value(), where.empty() ? e.key().toStringRef() : where + "." + e.key().toStringRef());
+        plain_values(e.value(), where.empty() ? e.key().toStringRef() : where + "." + e.key().toStringRef(),
+                     record_sizes);
       }
     } else if (v.isList()) {
-      for (const c10::IValue& e : v.toList()) plain_values(e, where);
-    } else if (!(v.isTensor() || v.isDouble() || v.isInt() || v.isBool() || v.isString() || v.isNone())) {
+      for (const c10::IValue& e : v.toList()) plain_values(e, where, record_sizes);
+    } else if (v.isTensor()) {
+      within_record(v.toTensor(), where, record_sizes);
+    } else if (!(v.isDouble() || v.isInt() || v.isBool() || v.isString() || v.isNone())) {
       fail(fmt::format("the entry '{}' holds a value of type {}, which a checkpoint does not have", where, v.tagKind()));
+    }
+  }
+  // The unpickler sizes a tensor's storage by the element count in the pickle and sets the tensor's sizes, strides
+  // and offset over it, checking neither against the bytes of the record behind it: a damaged pickle made a 904-byte
+  // view of an 8-byte record, which the next encode (and any use of the tensor) read past (found by
+  // fuzz/checkpoint_fuzz.cpp under ASan). `record_sizes` comes from detail::load_archive.
+  void within_record(const at::Tensor& t, const std::string& where,
+                     const std::unordered_map<const void*, size_t>& record_sizes) const {
+    if (!t.defined() || t.numel() == 0) return;
+    if (!t.has_storage()) fail(fmt::format("the tensor '{}' has no data", where));
+    const auto record = record_sizes.find(t.storage().data());
+    const int64_t held = record == record_sizes.end() ? 0 : static_cast<int64_t>(record->second);
+    int64_t last = t.storage_offset();  // the furthest element the view reaches, in elements
+    bool bad = last < 0;
+    for (int64_t d = 0; d < t.dim() && !bad; ++d) {
+      int64_t step = 0;
+      bad = t.stride(d) < 0 || __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &step) ||
+            __builtin_add_overflow(last, step, &last);
+    }
+    int64_t needed = 0;
+    bad = bad || __builtin_add_overflow(last, 1, &needed) ||
+          __builtin_mul_overflow(needed, static_cast<int64_t>(t.element_size()), &needed);
+    if (bad || needed > held || static_cast<int64_t>(t.storage().nbytes()) > held) {
+      fail(fmt::format("the tensor '{}' of shape [{}] reaches past the {} bytes of its record", where,
+                       fmt::join(t.sizes(), ", "), held));
     }
   }
   std::vector<int64_t> ints(const Dict& d, const std::string& key) const {
@@ -396,15 +426,16 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   }
   std::string damage;
   c10::IValue value;
+  std::unordered_map<const void*, size_t> record_sizes;  // [storage data] the bytes of its record
   try {
     damage = detail::scan_pickle(detail::archive_pickle(bytes));  // See Note [Pickle scan].
-    if (damage.empty()) value = torch::pickle_load(bytes);
+    if (damage.empty()) value = detail::load_archive(bytes, record_sizes);
   } catch (const std::exception& e) {
     r.fail(fmt::format("cannot be read as an archive ({})", first_line(e)));
   }
   if (!damage.empty()) r.fail(fmt::format("its pickle (data.pkl) is damaged: {}", damage));
   if (!value.isGenericDict()) r.fail("the archive does not hold a dict");
-  r.plain_values(value, "");
+  r.plain_values(value, "", record_sizes);
   const Dict root = value.toGenericDict();
   const int64_t version = r.integer(root, "format_version");
   if (version != Checkpoint::kFormatVersion) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "hetseq/core/format.h"
 
@@ -91,6 +92,29 @@ std::string archive_pickle(const std::vector<char>& archive) {
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
   const auto [data, size] = reader.getRecord("data.pkl");
   return std::string(static_cast<const char*>(data.get()), size);
+}
+
+c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<const void*, size_t>& record_sizes) {
+  // What torch::pickle_load does (LibTorch's readArchiveAndTensors), with a record reader that notes sizes.
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
+  const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  const char* pickle_bytes = static_cast<const char*>(pickle.get());
+  size_t consumed = 0;
+  auto read_pickle = [&](char* buffer, size_t n) -> size_t {
+    n = std::min(n, pickle_size - consumed);
+    std::memcpy(buffer, pickle_bytes + consumed, n);
+    consumed += n;
+    return n;
+  };
+  auto read_record = [&](const std::string& name) {
+    auto [data, size] = reader.getRecord("data/" + name);
+    record_sizes[data.get()] = size;
+    return std::move(data);
+  };
+  torch::jit::Unpickler unpickler(read_pickle, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr, read_record,
+                                  /*device=*/std::nullopt);
+  unpickler.set_version(reader.version());
+  return unpickler.parse_ivalue();
 }
 
 std::string scan_pickle(std::string_view pickle) {

@@ -3,7 +3,10 @@
 
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
+
+#include <ATen/core/ivalue.h>
 
 namespace hetseq::detail {
 
@@ -28,5 +31,12 @@ std::string scan_pickle(std::string_view pickle);
 /// The pickle (the data.pkl record) of the torch.save archive `archive`, read without copying the archive. Throws
 /// (c10::Error) when `archive` is not such an archive.
 std::string archive_pickle(const std::vector<char>& archive);
+
+/// The value tree of the torch.save archive `archive`, read as torch::pickle_load reads it, and in `record_sizes` the
+/// size of the record that each tensor storage was read from, by the storage's data pointer. The unpickler sizes a
+/// storage by the element count in the pickle, not by its record, so a damaged pickle can describe a storage larger
+/// than the bytes behind it; decode_checkpoint compares the two. Throws (c10::Error) when `archive` is not such an
+/// archive.
+c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<const void*, size_t>& record_sizes);
 
 }  // namespace hetseq::detail

@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
+#include "fuzz/checkpoint_input.h"
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/checkpoint/checkpoint_manager.h"
@@ -245,4 +246,17 @@ TEST_CASE("checkpoint names follow HetSeq and retention keeps exactly what the f
   CHECK(mx.files_for({2, 10, true, 70.0}).empty());
   maximize.no_save = true;
   CHECK(hetseq::CheckpointManager(maximize).files_for({2, 10, true, 99.0}).empty());
+}
+
+TEST_CASE("a checkpoint tensor whose shape reaches past the bytes of its record is an error naming the entry",
+          "[checkpoint]") {
+  // A fuzzer's finding (docs/RELIABILITY.md): the pickle gives an 8-byte record a view of 904 bytes.
+  std::ifstream in(std::string(HETSEQ_SOURCE_DIR) + "/fuzz/corpus/checkpoint/crash-tensor-beyond-storage",
+                   std::ios::binary);
+  const std::string input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(!input.empty());
+  const std::vector<char> bytes =
+      hetseq::fuzz::checkpoint_bytes_of_input(reinterpret_cast<const uint8_t*>(input.data()), input.size());
+  CHECK_THROWS_WITH(hetseq::decode_checkpoint(bytes, "found.pt"),
+                    Catch::StartsWith("found.pt: the tensor '") && Catch::Contains("reaches past the 8 bytes of its record"));
 }
