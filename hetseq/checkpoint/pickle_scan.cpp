@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
@@ -97,8 +98,10 @@ std::string archive_pickle(const std::vector<char>& archive) {
 c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<const void*, size_t>& record_sizes) {
   // What torch::pickle_load does (LibTorch's readArchiveAndTensors), with a record reader that notes sizes.
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
-  const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
-  const char* pickle_bytes = static_cast<const char*>(pickle.get());
+  // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+  const std::tuple<at::DataPtr, size_t> pickle = reader.getRecord("data.pkl");
+  const char* pickle_bytes = static_cast<const char*>(std::get<0>(pickle).get());
+  const size_t pickle_size = std::get<1>(pickle);
   size_t consumed = 0;
   auto read_pickle = [&](char* buffer, size_t n) -> size_t {
     n = std::min(n, pickle_size - consumed);
@@ -107,9 +110,9 @@ c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<co
     return n;
   };
   auto read_record = [&](const std::string& name) {
-    auto [data, size] = reader.getRecord("data/" + name);
-    record_sizes[data.get()] = size;
-    return std::move(data);
+    std::tuple<at::DataPtr, size_t> record = reader.getRecord("data/" + name);
+    record_sizes[std::get<0>(record).get()] = std::get<1>(record);
+    return std::move(std::get<0>(record));
   };
   torch::jit::Unpickler unpickler(read_pickle, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr, read_record,
                                   /*device=*/std::nullopt);
