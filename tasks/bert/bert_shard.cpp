@@ -79,6 +79,24 @@ std::vector<int64_t> dataset_shape(hid_t file, const std::string& path, const st
   if (rank < 0) throw InputError(fmt::format("{}: cannot read the shape of dataset '{}'", path, name));
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  // A dataset stored in one piece (in the header, or contiguous in the file) must hold what its shape needs:
+  // HDF5 1.10.8 reads rows past a shorter piece (found by fuzzing: a compact dataset whose data was shorter than
+  // its shape made H5Dread copy from beyond it). Chunks are checked as they are read (Note [Short chunks]).
+  Handle create(H5Dget_create_plist(set.get()), H5Pclose);
+  const H5D_layout_t layout = create.valid() ? H5Pget_layout(create.get()) : H5D_LAYOUT_ERROR;
+  if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
+    hsize_t needed = bytes;
+    bool overflow = false;
+    for (hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(needed, d, &needed);
+    const hsize_t stored = H5Dget_storage_size(set.get());
+    const bool unwritten = layout == H5D_CONTIGUOUS && stored == 0;  // HDF5 reads the fill value
+    if (overflow || (stored != needed && !unwritten)) {
+      throw InputError(fmt::format("{}: dataset '{}' is stored in {} bytes, but its shape [{}] needs {}; the file is "
+                                   "corrupt",
+                                   path, name, stored, fmt::join(dims, ", "),
+                                   overflow ? std::string("more than 2^64") : std::to_string(needed)));
+    }
+  }
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
@@ -87,12 +105,14 @@ std::vector<int64_t> dataset_shape(hid_t file, const std::string& path, const st
 // Debian's HDF5 1.10.8 does not check that a gzip-compressed chunk inflates to the chunk's size. A
 // damaged chunk that inflates short makes H5Dread copy past the end of HDF5's own buffer into the rows
 // (a heap over-read, found by fuzzing the shard reader under ASan: docs/RELIABILITY.md). So before the
-// first read that touches a chunk of a compressed dataset, hetseq reads the chunk as stored
-// (H5Dread_chunk) and inflates it itself with zlib, counting the bytes: anything but exactly a chunk's
-// bytes is a corrupt file, reported with the row and the dataset. A chunk stored
-// without the filter (the filter mask says so) must hold exactly a chunk's bytes. Each chunk is checked
-// once per open shard, which costs one more inflate of every chunk that training reads; pipelines other
-// than deflate, optionally after shuffle (which keeps the size), are left to HDF5 as before.
+// first read that touches a chunk, hetseq checks it: a chunk of a compressed dataset is read as stored
+// (H5Dread_chunk) and inflated with zlib, counting the bytes, and anything but exactly a chunk's bytes
+// is a corrupt file, reported with the row and the dataset; a chunk stored without the filter (the
+// filter mask says so) must hold exactly a chunk's bytes. Each chunk is checked once per open shard,
+// which costs one more inflate of every compressed chunk that training reads. A dataset without
+// filters needs no check (HDF5 reads a whole chunk from the file, whatever was written), and pipelines
+// with other filters than deflate (after shuffle, which keeps the size) are left to HDF5. Datasets
+// stored in one piece are checked whole by inspect_shard.
 
 /// Checks the chunks of one dataset as reads reach them (Note [Short chunks]).
 class ChunkCheck {

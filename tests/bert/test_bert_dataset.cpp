@@ -299,3 +299,14 @@ TEST_CASE("a compressed chunk that does not inflate to a chunk's size is an erro
     CHECK(load_error(file) == chunk + ": holds 100 bytes, not the 256 of a chunk; the file is corrupt");
   }
 }
+
+TEST_CASE("a dataset stored in one piece that is shorter than its shape is an error naming the file and the "
+          "dataset",
+          "[bert][data]") {
+  // A fuzzer's finding (docs/RELIABILITY.md): 'input_ids' is compact (its data in the header), with less data than
+  // its shape; HDF5 1.10.8 read rows past it.
+  const std::string file = std::string(HETSEQ_SOURCE_DIR) + "/fuzz/corpus/bert_shard/crash-hdf5-compact-short.h5";
+  CHECK_THROWS_WITH(hetseq::bert::inspect_shard(file),
+                    Catch::StartsWith(file + ": dataset 'input_ids' is stored in ") &&
+                        Catch::EndsWith("; the file is corrupt"));
+}
