@@ -424,19 +424,16 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   if (bytes.size() < 22 || std::memcmp(bytes.data() + bytes.size() - 22, kEndOfArchive, 4) != 0) {
     r.fail(fmt::format("it has no end-of-archive record ({} bytes): the file is truncated", bytes.size()));
   }
-  std::string damage;
-  c10::IValue value;
-  std::unordered_map<const void*, size_t> record_sizes;  // [storage data] the bytes of its record
+  detail::LoadedArchive archive;
   try {
-    damage = detail::scan_pickle(detail::archive_pickle(bytes));  // See Note [Pickle scan].
-    if (damage.empty()) value = detail::load_archive(bytes, record_sizes);
+    archive = detail::load_archive(bytes);  // scanned first: see Note [Pickle scan]
   } catch (const std::exception& e) {
     r.fail(fmt::format("cannot be read as an archive ({})", first_line(e)));
   }
-  if (!damage.empty()) r.fail(fmt::format("its pickle (data.pkl) is damaged: {}", damage));
-  if (!value.isGenericDict()) r.fail("the archive does not hold a dict");
-  r.plain_values(value, "", record_sizes);
-  const Dict root = value.toGenericDict();
+  if (!archive.damage.empty()) r.fail(fmt::format("its pickle (data.pkl) is damaged: {}", archive.damage));
+  if (!archive.value.isGenericDict()) r.fail("the archive does not hold a dict");
+  r.plain_values(archive.value, "", archive.record_sizes);
+  const Dict root = archive.value.toGenericDict();
   const int64_t version = r.integer(root, "format_version");
   if (version != Checkpoint::kFormatVersion) {
     throw InputError(fmt::format("{}: checkpoint format version {}, but this hetseq reads version {}", source, version,

@@ -89,19 +89,17 @@ class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
 
 }  // namespace
 
-std::string archive_pickle(const std::vector<char>& archive) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
-  const auto [data, size] = reader.getRecord("data.pkl");
-  return std::string(static_cast<const char*>(data.get()), size);
-}
-
-c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<const void*, size_t>& record_sizes) {
-  // What torch::pickle_load does (LibTorch's readArchiveAndTensors), with a record reader that notes sizes.
+LoadedArchive load_archive(const std::vector<char>& archive) {
+  // One reader and one read of data.pkl for the scan and the unpickler; the unpickling is what torch::pickle_load
+  // does (LibTorch's readArchiveAndTensors), with a record reader that notes sizes.
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReadAdapter>(archive));
   // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
   const std::tuple<at::DataPtr, size_t> pickle = reader.getRecord("data.pkl");
   const char* pickle_bytes = static_cast<const char*>(std::get<0>(pickle).get());
   const size_t pickle_size = std::get<1>(pickle);
+  LoadedArchive out;
+  out.damage = scan_pickle(std::string_view(pickle_bytes, pickle_size));
+  if (!out.damage.empty()) return out;
   size_t consumed = 0;
   auto read_pickle = [&](char* buffer, size_t n) -> size_t {
     n = std::min(n, pickle_size - consumed);
@@ -111,13 +109,14 @@ c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<co
   };
   auto read_record = [&](const std::string& name) {
     std::tuple<at::DataPtr, size_t> record = reader.getRecord("data/" + name);
-    record_sizes[std::get<0>(record).get()] = std::get<1>(record);
+    out.record_sizes[std::get<0>(record).get()] = std::get<1>(record);
     return std::move(std::get<0>(record));
   };
   torch::jit::Unpickler unpickler(read_pickle, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr, read_record,
                                   /*device=*/std::nullopt);
   unpickler.set_version(reader.version());
-  return unpickler.parse_ivalue();
+  out.value = unpickler.parse_ivalue();
+  return out;
 }
 
 std::string scan_pickle(std::string_view pickle) {

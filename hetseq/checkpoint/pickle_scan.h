@@ -28,15 +28,18 @@ namespace hetseq::detail {
 /// wrong (e.g. "opcode 'X' at byte 233 declares 1073741831 bytes, but 1001 are left").
 std::string scan_pickle(std::string_view pickle);
 
-/// The pickle (the data.pkl record) of the torch.save archive `archive`, read without copying the archive. Throws
-/// (c10::Error) when `archive` is not such an archive.
-std::string archive_pickle(const std::vector<char>& archive);
+/// A torch.save archive as decode_checkpoint reads it.
+struct LoadedArchive {
+  std::string damage;  // what scan_pickle found wrong with data.pkl; nothing was unpickled then
+  c10::IValue value;   // the value tree, read as torch::pickle_load reads it (when `damage` is empty)
+  /// [storage data] the size of the record each tensor storage was read from. The unpickler sizes a storage by the
+  /// element count in the pickle, not by its record, so a damaged pickle can describe a storage larger than the bytes
+  /// behind it; decode_checkpoint compares the two.
+  std::unordered_map<const void*, size_t> record_sizes;
+};
 
-/// The value tree of the torch.save archive `archive`, read as torch::pickle_load reads it, and in `record_sizes` the
-/// size of the record that each tensor storage was read from, by the storage's data pointer. The unpickler sizes a
-/// storage by the element count in the pickle, not by its record, so a damaged pickle can describe a storage larger
-/// than the bytes behind it; decode_checkpoint compares the two. Throws (c10::Error) when `archive` is not such an
-/// archive.
-c10::IValue load_archive(const std::vector<char>& archive, std::unordered_map<const void*, size_t>& record_sizes);
+/// Reads data.pkl of `archive` once (without copying the archive), checks it with scan_pickle (Note [Pickle scan]),
+/// and unpickles it when its framing is sound. Throws (c10::Error) when `archive` is not such an archive.
+LoadedArchive load_archive(const std::vector<char>& archive);
 
 }  // namespace hetseq::detail

@@ -144,6 +144,8 @@ class ChunkCheck {
     chunk_bytes_ = H5Tget_size(type.get());
     for (hsize_t c : chunk_) chunk_bytes_ *= c;
     if (chunk_bytes_ == 0) return;
+    Handle file(H5Iget_file_id(set), H5Fclose);
+    if (H5Fget_filesize(file.get(), &file_size_) < 0) return;
     applies_ = true;
   }
 
@@ -172,9 +174,7 @@ class ChunkCheck {
       return;  // not written: HDF5 reads the fill value
     }
     const std::string where = fmt::format("{}: dataset '{}', the chunk of row {}", path_, name_, offset[0]);
-    hsize_t file_size = 0;
-    Handle file(H5Iget_file_id(set), H5Fclose);
-    if (H5Fget_filesize(file.get(), &file_size) < 0 || stored > file_size) {
+    if (stored > file_size_) {
       throw InputError(fmt::format("{}: stored as {} bytes, more than the file holds; the file is corrupt", where,
                                    stored));
     }
@@ -228,6 +228,7 @@ class ChunkCheck {
   int deflate_index_ = -1;
   std::vector<hsize_t> chunk_;
   hsize_t chunk_bytes_ = 0;
+  hsize_t file_size_ = 0;  // no chunk can be stored in more
   std::set<std::pair<hsize_t, hsize_t>> checked_;
 };
 

@@ -29,13 +29,6 @@ using Catch::Contains;
 
 namespace {
 
-// One MNIST run on `data` (random images) with deterministic CPU work.
-std::vector<std::string> mnist_args(const std::string& data, const std::string& save_dir) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--optimizer", "adam", "--lr",
-          "0.001", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json",
-          "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "11"};
-}
-
 // The logged training loss per update number.
 std::map<int64_t, double> losses_by_update(const std::string& out) {
   std::map<int64_t, double> m;
@@ -50,7 +43,7 @@ TEST_CASE("a run stopped mid-epoch and resumed is bit-identical to the run never
   write_random_mnist(dir.path(), 600, 50);
   // Two workers of one node, batches 8 and 16, update-freq 3: 72 samples per update, dropout on.
   auto node = [&](const std::string& save_dir, int updates) {
-    return with(mnist_args(dir.path(), save_dir),
+    return with(mnist_train_args(dir.path(), save_dir),
                 {"--max-sentences", "8,16", "--update-freq", "3", "--distributed-gpus", "2", "--distributed-world-size",
                  "2", "--distributed-init-method", "tcp://127.0.0.1:0", "--max-update", std::to_string(updates),
                  "--disable-validation"});
@@ -84,7 +77,7 @@ TEST_CASE("a run resumed on another world size with other batch sizes uses every
   std::vector<std::vector<std::string>> first;
   const std::vector<int> batches{7, 13, 29};
   for (size_t r = 0; r < batches.size(); ++r) {
-    first.push_back(with(mnist_args(dir.path(), dir / "ckpt"),
+    first.push_back(with(mnist_train_args(dir.path(), dir / "ckpt"),
                          {"--max-sentences", std::to_string(batches[r]), "--distributed-world-size", "3",
                           "--distributed-rank", std::to_string(r), "--distributed-init-method",
                           "file://" + (dir / "rendezvous"), "--max-update", "3", "--disable-validation",
@@ -93,7 +86,7 @@ TEST_CASE("a run resumed on another world size with other batch sizes uses every
   const auto results = run_processes(first, 300s);
   for (size_t r = 0; r < results.size(); ++r) require_success(results[r], "first cluster, rank " + std::to_string(r));
   // Second cluster: one node of 2 workers, batches 16 and 40 (56 per update), to the end of the epoch.
-  const auto second = run_process(with(mnist_args(dir.path(), dir / "ckpt"),
+  const auto second = run_process(with(mnist_train_args(dir.path(), dir / "ckpt"),
                                        {"--max-sentences", "16,40", "--distributed-gpus", "2", "--distributed-world-size",
                                         "2", "--distributed-init-method", "tcp://127.0.0.1:0", "--max-epoch", "1",
                                         "--disable-validation", "--dump-sample-ids", ids}),
@@ -127,7 +120,7 @@ TEST_CASE("a process killed at random moments while saving always leaves a loada
   TempDir dir;
   write_random_mnist(dir.path(), 300, 10);
   const std::string save_dir = dir / "ckpt";
-  const auto args = with(mnist_args(dir.path(), save_dir),
+  const auto args = with(mnist_train_args(dir.path(), save_dir),
                          {"--max-sentences", "32", "--save-interval-updates", "1", "--disable-validation", "--max-epoch",
                           "1000", "--log-format", "none"});
   std::mt19937 rng(2024);
@@ -157,7 +150,7 @@ TEST_CASE("validation picks checkpoint_best.pt and retention keeps what the flag
   TempDir dir;
   write_random_mnist(dir.path(), 300, 60);
   // 10 updates per epoch; interval saves every 3 updates, the last 2 kept; the last epoch file kept.
-  const auto run = run_process(with(mnist_args(dir.path(), dir / "ckpt"),
+  const auto run = run_process(with(mnist_train_args(dir.path(), dir / "ckpt"),
                                     {"--max-sentences", "32", "--max-epoch", "4", "--save-interval-updates", "3",
                                      "--keep-interval-updates", "2", "--keep-last-epochs", "1", "--valid-subset",
                                      "test"}),
@@ -176,7 +169,7 @@ TEST_CASE("validation picks checkpoint_best.pt and retention keeps what the flag
   CHECK(*saved.best == Approx(best).epsilon(1e-9));
 
   // Accuracy, larger is better.
-  const auto acc = run_process(with(mnist_args(dir.path(), dir / "acc"),
+  const auto acc = run_process(with(mnist_train_args(dir.path(), dir / "acc"),
                                     {"--max-sentences", "32", "--max-epoch", "3", "--valid-subset", "test",
                                      "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
                                      "--no-epoch-checkpoints"}),
@@ -193,7 +186,7 @@ TEST_CASE("validation picks checkpoint_best.pt and retention keeps what the flag
 TEST_CASE("bad checkpoints and resume mismatches are clear errors", "[checkpoint][resume]") {
   TempDir dir;
   write_random_mnist(dir.path(), 100, 10);
-  const auto base = with(mnist_args(dir.path(), dir / "ckpt"), {"--max-sentences", "32", "--disable-validation"});
+  const auto base = with(mnist_train_args(dir.path(), dir / "ckpt"), {"--max-sentences", "32", "--disable-validation"});
   require_success(run_process(with(base, {"--max-update", "2"}), 120s), "first run");
   const std::string last = dir / "ckpt/checkpoint_last.pt";
 
@@ -249,7 +242,7 @@ TEST_CASE("Python reads a checkpoint's weights with torch.load", "[checkpoint][p
   REQUIRE(!python.empty());  // the venv of scripts/setup.sh; set HETSEQ_PYTHON at configure time otherwise
   TempDir dir;
   write_random_mnist(dir.path(), 100, 10);
-  require_success(run_process(with(mnist_args(dir.path(), dir / "ckpt"),
+  require_success(run_process(with(mnist_train_args(dir.path(), dir / "ckpt"),
                                    {"--max-sentences", "32", "--max-update", "2", "--disable-validation"}),
                               120s),
                   "training");

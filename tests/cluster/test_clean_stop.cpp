@@ -26,12 +26,6 @@ using Catch::Contains;
 
 namespace {
 
-std::vector<std::string> mnist_args(const std::string& data, const std::string& save_dir) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--optimizer", "adam", "--lr",
-          "0.001", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json",
-          "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "11"};
-}
-
 // The pids of live processes whose command line contains `marker` (a test's unique directory).
 std::vector<int> processes_with(const std::string& marker) {
   std::vector<int> pids;
@@ -69,7 +63,7 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
   write_random_mnist(dir.path(), 960, 40);
   // The case that used to leave orphans: two workers of one node over file://.
   auto node = [&](const std::string& name) {
-    return with(mnist_args(dir.path(), dir / name),
+    return with(mnist_train_args(dir.path(), dir / name),
                 {"--max-sentences", "8,12", "--distributed-gpus", "2", "--distributed-world-size", "2",
                  "--distributed-init-method", "file://" + (dir / ("rdv-" + name)), "--max-epoch", "2",
                  "--save-interval-updates", "1", "--keep-interval-updates", "2", "--disable-validation",
@@ -120,7 +114,7 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
 TEST_CASE("workers die with their launcher", "[cluster][signal]") {
   TempDir dir;
   write_random_mnist(dir.path(), 960, 40);
-  Process run(with(mnist_args(dir.path(), dir / "save"),
+  Process run(with(mnist_train_args(dir.path(), dir / "save"),
                    {"--max-sentences", "8", "--distributed-gpus", "2", "--distributed-init-method",
                     "file://" + (dir / "rdv"), "--max-epoch", "50", "--disable-validation", "--no-save"}));
   REQUIRE(run.wait_for_err("[train] 960 training samples", 120s));
@@ -133,7 +127,7 @@ TEST_CASE("two workers started with the same rank fail at once, naming both", "[
   TempDir dir;
   write_random_mnist(dir.path(), 200, 40);
   auto rank = [&](int r) {
-    return with(mnist_args(dir.path(), dir / "save"),
+    return with(mnist_train_args(dir.path(), dir / "save"),
                 {"--max-sentences", "8", "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
                  "--distributed-init-method", "file://" + (dir / "rdv"), "--max-update", "3", "--disable-validation",
                  "--rendezvous-timeout", "200", "--log-all-ranks"});

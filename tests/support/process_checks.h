@@ -1,5 +1,5 @@
 #pragma once
-// Small helpers of the level-2 tests that run hetseq-train: extending a command line, and requiring
+// Small helpers of the level-2 tests that run hetseq-train: a command line, extending one, and requiring
 // that a run succeeded (with its stderr in the failure message).
 
 #include <string>
@@ -10,6 +10,16 @@
 #include "support/subprocess.h"
 
 namespace hetseq::test {
+
+/// hetseq-train on the MNIST IDX files in `data` with deterministic CPU work (Adam, one intra-op thread, no loader
+/// threads), a JSON log line per update and checkpoints in `save_dir`; the tests add the world and the schedule.
+inline std::vector<std::string> mnist_train_args(const std::string& data, const std::string& save_dir,
+                                                 int seed = 11) {
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--optimizer", "adam", "--lr",
+          "0.001", "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json",
+          "--log-interval", "1", "--save-dir", save_dir, "--distributed-timeout", "60", "--seed",
+          std::to_string(seed)};
+}
 
 /// `args` followed by `more`.
 inline std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
