@@ -42,7 +42,9 @@ Outcome run_input(const uint8_t* data, size_t size) {
   check_names_file(images, path);
   check_names_file(labels, path);
   HETSEQ_ASSERT(!(images.accepted && labels.accepted), "one file read both as IDX images and as IDX labels");
-  return images.accepted ? images : labels;
+  if (images.accepted || labels.accepted) return images.accepted ? images : labels;
+  // Both reasons, so that a known bad input can be held to the one its name is about (fuzz/expected/).
+  return Outcome{false, "as images: " + images.rejection + " | as labels: " + labels.rejection};
 }
 
 }  // namespace hetseq::fuzz

@@ -83,6 +83,9 @@ if [ "${#only[@]}" -eq 0 ]; then
   for h in idx_reader bert_shard checkpoint train_flags; do
     # -runs=0: libFuzzer runs the corpus once and stops.
     run "fuzz_corpus_$h" "$build/bin/hetseq-fuzz-${h//_/-}" -runs=0 "$root/fuzz/corpus/$h"
+    # The replay as CI runs it, sanitized: valid-* accepted, the known bad inputs rejected for their reason.
+    run "fuzz_replay_$h" "$build/bin/hetseq-fuzz-${h//_/-}-replay" --expect "$root/fuzz/expected/$h.tsv" \
+      "$root/fuzz/corpus/$h"
   done
 fi
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -180,5 +181,36 @@ void ensure_writable_dir(const fs::path& dir, const std::string& flag) {
   std::fclose(f);
   fs::remove(probe, ec);
 }
+
+// Note [Save pause]
+// Tests of what happens while a save is in progress (a kill that must leave the previous checkpoint
+// loadable, a save slower than the collective timeout) need the save to be in progress when they act,
+// whatever the disk's speed or the machine's load; a random delay hits it only by luck. With
+// HETSEQ_TEST_SAVE_PAUSE=FIFO:N in the environment, the process's N-th checkpoint save stops once the
+// temporary file holds all its bytes, before it is synced and renamed over the target (save_checkpoint
+// calls this at the end of its write; the copies to further names are not counted), says so on stderr
+// ("[save-pause] ..."), and waits until someone opens FIFO (a named pipe) for writing and closes it.
+// Every later save goes through. Without the variable this costs one getenv per save.
+void pause_save_if_asked(const fs::path& path) {
+  static const char* spec = std::getenv("HETSEQ_TEST_SAVE_PAUSE");
+  static int writes = 0;
+  if (spec == nullptr || *spec == '\0') return;
+  const std::string text = spec;
+  const size_t colon = text.rfind(':');
+  const std::string fifo = colon == std::string::npos ? text : text.substr(0, colon);
+  const int nth = colon == std::string::npos ? 1 : std::atoi(text.c_str() + colon + 1);
+  if (++writes != nth) return;
+  std::fprintf(stderr, "[save-pause] pid %d: save %d (%s) paused with its bytes written, not yet renamed; open %s "
+               "to go on\n",
+               static_cast<int>(::getpid()), writes, path.c_str(), fifo.c_str());
+  std::fflush(stderr);
+  const int fd = ::open(fifo.c_str(), O_RDONLY);  // blocks until a writer opens it
+  if (fd < 0) return;
+  char byte = 0;
+  while (::read(fd, &byte, 1) > 0) {
+  }
+  ::close(fd);
+}
+
 
 }  // namespace hetseq

@@ -497,6 +497,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::vector<fs::path>& 
     with_checkpoint_tree(checkpoint, stage, &tensors, [&](const Dict& root) {
       detail::write_archive(root, tensors, [&](const void* data, size_t n) { return sink.write(data, n); });
     });
+    pause_save_if_asked(paths.front());  // a test hook; see Note [Save pause]
   });
   for (size_t i = 1; i < paths.size(); ++i) copy_file_atomically(paths.front(), paths[i]);
 }

@@ -137,12 +137,13 @@ int launch_workers(const LaunchOptions& o) {
         done[i] = true;
         --remaining;
         const int code = exit_code_of(status);
+        // One line per worker, so that whoever reads the launcher's log (a cluster's job output, the
+        // tests) sees how every worker ended, not only the launcher's own code.
+        log::info("[launcher] rank {} (worker {}, pid {}) exited with code {}", o.first_rank + static_cast<int64_t>(i),
+                  i, pid, code);
         if (code != 0 && result == 0) {
           result = code;
-          if (stopping || code == kExitStopped) {
-            log::info("[launcher] rank {} (worker {}) stopped with exit code {}", o.first_rank + static_cast<int64_t>(i),
-                      i, code);
-          } else {
+          if (!stopping && code != kExitStopped) {
             log::error("[launcher] rank {} (worker {}, pid {}) failed with exit code {}; stopping the other workers",
                        o.first_rank + static_cast<int64_t>(i), i, pid, code);
             stop_others(o.grace);

@@ -21,6 +21,10 @@ struct ProcessGroupOptions {
   /// different collectives fail with an error naming the rank and the operation instead of hanging or
   /// reducing mismatched buffers. Costs a small allgather and a barrier per collective.
   bool debug_collectives = false;
+  /// Puts a CountingBackend in front of the group's Gloo or NCCL backend (under the --debug-collectives
+  /// wrapper, whose checks run over a group of their own), so that tests and benchmarks can count the
+  /// collectives the program asks for. See counting_backend.h.
+  bool count_collectives = false;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for

@@ -113,7 +113,7 @@ TEST_CASE("Auto-balancer: a rank twice as slow per sample gets half the share, e
   // Equal finish times: 192 = x + x + x/2, so 76.8, 76.8, 38.4.
   for (int rank = 0; rank < 3; ++rank) {
     CAPTURE(rank);
-    CHECK(seen[rank].shares == seen[0].shares);  // the ranks agree, update for update
+    if (rank > 0) CHECK(seen[rank].shares == seen[0].shares);  // the ranks agree, update for update
     const auto& last = seen[rank].shares.back();
     CHECK(std::abs(last[0] - 77) <= 1);
     CHECK(std::abs(last[1] - 77) <= 1);

@@ -1,6 +1,7 @@
 // The split math of balancing (Note [Balancing]), level 1: no processes, exact expected splits.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 
@@ -74,11 +75,32 @@ TEST_CASE("Balancing: noise below the threshold changes nothing, a real imbalanc
   CHECK_FALSE(hetseq::worth_switching(skewed, better.shares, better, 0.05));
 }
 
-TEST_CASE("Balancing: the same measurements give the same split, and costs are fitted from them", "[balance]") {
+TEST_CASE("Balancing: no move of one unit improves the split, and costs are fitted from them", "[balance]") {
   const auto p = problem(192, {{3e-3, 0.7e-3}, {1e-3, 0.35e-3}, {3e-3, 0.7e-3}}, {64, 64, 64}, 2);
-  const auto a = hetseq::solve_split(p), b = hetseq::solve_split(p);
-  CHECK(a.shares == b.shares);
+  const auto a = hetseq::solve_split(p);
   CHECK(std::accumulate(a.shares.begin(), a.shares.end(), int64_t{0}) == 192);
+  for (int64_t share : a.shares) CHECK(share % 2 == 0);
+  // The step time as this test computes it (micro-batches of at most 64, each paying the fixed part):
+  // moving one unit (2 samples) from any rank to any other never makes the slowest rank faster.
+  auto step = [&](const std::vector<int64_t>& shares) {
+    double slowest = 0;
+    for (size_t r = 0; r < shares.size(); ++r) {
+      const double micro = static_cast<double>((shares[r] + 63) / 64);
+      slowest = std::max(slowest, micro * p.costs[r].fixed_s + p.costs[r].per_sample_s * static_cast<double>(shares[r]));
+    }
+    return slowest;
+  };
+  CHECK(a.predicted_step_s == Approx(step(a.shares)));
+  for (size_t from = 0; from < 3; ++from) {
+    for (size_t to = 0; to < 3; ++to) {
+      if (from == to || a.shares[from] <= 2) continue;
+      std::vector<int64_t> moved = a.shares;
+      moved[from] -= 2;
+      moved[to] += 2;
+      CAPTURE(from, to);
+      CHECK(step(moved) >= step(a.shares) - 1e-12);
+    }
+  }
   CHECK(std::abs(a.shares[0] - a.shares[2]) <= 2);  // equal ranks: equal shares but for one unit of rounding
   CHECK(a.shares[1] > a.shares[0]);
 

@@ -53,6 +53,9 @@ Checkpoint layouts_checkpoint() {
   if (torch::cuda::is_available()) {
     c.model.emplace_back("cuda.weight", torch::randn({5, 4}, torch::kCUDA));
     c.model.emplace_back("cuda.weight_t", torch::randn({4, 5}, torch::kCUDA).t());
+  } else {
+    WARN("no CUDA device: the CUDA layouts (cuda.weight, cuda.weight_t) are left out of this checkpoint; "
+         "they are checked where a GPU is present");
   }
   c.optimizer_name = "adam";
   c.optimizer_options = {{"beta1", 0.9}};

@@ -76,12 +76,23 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
   REQUIRE(run.wait_for_err("4 updates)", 300s));  // checkpoint_1_4.pt saved: well inside epoch 1
   ::kill(run.pid(), SIGTERM);
   const auto signalled = std::chrono::steady_clock::now();
-  const ProcessResult stopped = run.wait(120s);
+  // The workers share the launcher's process group: look for them before anything kills the group.
+  const ProcessResult stopped = run.wait_leaving_group(120s);
+  const std::vector<int> left = processes_with(dir / "stopped");
   const auto took = std::chrono::steady_clock::now() - signalled;
   INFO("stopped run stderr:\n" << stopped.err);
   CHECK(took < 30s);
   CHECK(stopped.exit_code == kExitStopped);
-  CHECK(wait_gone(dir / "stopped", 5s).empty());  // no worker outlives its launcher
+  CHECK(left.empty());  // no worker outlives its launcher: it waited for both
+  CHECK(wait_gone(dir / "stopped", 1s).empty());
+  // Every worker stopped; none failed.
+  for (int worker = 0; worker < 2; ++worker) {
+    CHECK_THAT(stopped.err, Contains(fmt::format("[launcher] rank {} (worker {}, pid ", worker, worker)));
+    CHECK(std::regex_search(stopped.err, std::regex(fmt::format("\\[launcher\\] rank {} \\(worker {}, pid [0-9]+\\) "
+                                                                "exited with code {}",
+                                                                worker, worker, static_cast<int>(kExitStopped)))));
+  }
+  CHECK_THAT(stopped.err, !Contains("failed with exit code"));
   std::smatch m;
   REQUIRE(std::regex_search(stopped.err, m, std::regex("stopping after update ([0-9]+), epoch 1")));
   const int64_t last = std::stoll(m[1]);

@@ -1,7 +1,8 @@
 // Level 2: a checkpoint save that takes longer than --distributed-timeout, in real processes. The save
-// directory is an ext4 filesystem on a loop device, and the test freezes it (fsfreeze, the kernel's own
-// mechanism for snapshots) while the run trains: rank 0's next save then blocks in the kernel exactly as on
-// a stalled shared filesystem, for three times the collective timeout, while rank 1 waits at the fence.
+// directory is an ext4 filesystem on a loop device; rank 0's second save is held at a known point (Note
+// [Save pause]) while the test freezes it (fsfreeze, the kernel's own mechanism for snapshots), then let go:
+// it blocks in the kernel exactly as on a stalled shared filesystem, for three times the collective
+// timeout, while rank 1 waits at the fence.
 // See Note [Checkpoint fence]; the fence's own cases (rank 0 failing, dying) are in
 // tests/distributed/test_rendezvous_keys.cpp. Needs root for the loop mount, as the Slurm test does.
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
+#include "support/save_pause.h"
 #include "support/subprocess.h"
 
 using namespace hetseq;
@@ -72,17 +74,22 @@ TEST_CASE("a checkpoint save blocked three times longer than --distributed-timeo
   const ProcessResult straight = run_process(node(dir / "straight", "straight"), 300s);
   require_success(straight, "run on the normal disk");
 
-  Process run(node(dir / "disk/save", "frozen"));
-  REQUIRE(run.wait_for_err("4 updates)", 120s));  // the first save went through: training is under way
+  // Rank 0's second save (update 8) is held with its bytes written (Note [Save pause]); the disk is
+  // frozen, and only then is the save let go, into a rename that blocks in the kernel until the thaw:
+  // the save is stalled for the whole freeze by construction, whatever the disk's speed or the load.
+  const SavePause pause(dir / "pause");
+  Process run(node(dir / "disk/save", "frozen"), {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(2)}});
+  REQUIRE(run.wait_for_err("[save-pause]", 120s));
+  CHECK_THAT(run.err_so_far(), Catch::Contains("save 2 (" + (dir / "disk/save/checkpoint_")));
   // The freeze lifts itself after kFrozen seconds even if this test dies in between.
   Process freezer({"/bin/sh", "-c",
-                   "fsfreeze -f '" + (dir / "disk") + "' && echo frozen && sleep " + std::to_string(kFrozen) +
+                   "fsfreeze -f '" + (dir / "disk") + "' && echo frozen >&2 && sleep " + std::to_string(kFrozen) +
                        " && fsfreeze -u '" + (dir / "disk") + "'"});
+  REQUIRE(freezer.wait_for_err("frozen", 60s));
+  pause.release();
   const ProcessResult thawed = freezer.wait(std::chrono::seconds(kFrozen + 60));
   INFO("fsfreeze: " << thawed.out << thawed.err);
   REQUIRE(thawed.exit_code == 0);
-  // 120 updates take a few seconds: a run still going after the freeze was held up by it.
-  CHECK(process_alive(run.pid()));
   const ProcessResult frozen = run.wait(300s);
   require_success(frozen, "run whose save directory froze");
 
@@ -92,8 +99,8 @@ TEST_CASE("a checkpoint save blocked three times longer than --distributed-timeo
                             std::regex("rank 1 of 2 waited ([0-9.]+) s for rank 0 to write the checkpoint at update "
                                        "([0-9]+) \\(longer than --distributed-timeout; rank 0's heartbeat kept it "
                                        "waiting\\)")));
-  CHECK(std::stod(m[1]) > 2 * kTimeout);  // most of the freeze: it began within a save interval of a save
-  CHECK(std::stoll(m[2]) % 4 == 0);
+  CHECK(std::stod(m[1]) >= kFrozen - 1);  // the whole freeze (the fence's clock starts a little later)
+  CHECK(m[2].str() == "8");
   // And the run is the run that never waited.
   check_same_training_state(load_checkpoint(dir / "straight/checkpoint_last.pt"),
                             load_checkpoint(dir / "disk/save/checkpoint_last.pt"));

@@ -99,6 +99,10 @@ TEST_CASE("training with --debug-collectives gives the same model as without", "
   INFO(plain.err << checked.err);
   REQUIRE(plain.exit_code == 0);
   REQUIRE(checked.exit_code == 0);
+  // The checks were really on in the second run, and only there.
+  const std::string on = "[process-group] --debug-collectives: rank 0 checks every collective across the 2 ranks";
+  CHECK_THAT(checked.err, Catch::Contains(on));
+  CHECK_THAT(plain.err, !Catch::Contains("--debug-collectives"));
   torch::Tensor a, b;
   for (const auto& [name, t] : std::vector<std::pair<std::string, torch::Tensor*>>{{"plain", &a}, {"checked", &b}}) {
     const auto c = hetseq::load_checkpoint(dir / (name + "/checkpoint_last.pt"));

@@ -314,6 +314,7 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
       poisoned[c.rank][c.view].view(-1)[3].fill_(c.value);
       std::vector<std::vector<Views>> outputs(kWorld);  // [rank][call]
       std::vector<Views> fresh(kWorld);                 // [rank]
+      std::vector<Views> kept(kWorld);                  // [rank] call 2 of a run that never overflowed
       run_ranks(kWorld, [&](int rank, const Group& group) {
         PowerSgd psgd(group, PowerSgdOptions{});
         Bucket bucket = make_bucket(shapes);
@@ -324,6 +325,12 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
         PowerSgd other(group, PowerSgdOptions{});
         other.begin_update();
         fresh[rank] = reduce(other, 0, bucket, inputs[2][rank]);
+        // The same calls without the overflow: its error feedback after call 1 is kept into call 2.
+        PowerSgd clean(group, PowerSgdOptions{});
+        for (int call = 0; call < 3; ++call) {
+          clean.begin_update();
+          kept[rank] = reduce(clean, 0, bucket, inputs[call][rank]);
+        }
       });
       for (int r = 0; r < kWorld; ++r) {
         CAPTURE(r);
@@ -336,6 +343,9 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
         CHECK(frobenius({outputs[r][2][0] - exact[0]}) < 2 * frobenius({fresh[r][0] - exact[0]}) + 1e-6);
         CHECK(rel_diff({outputs[r][2][1]}, {exact[1]}) < 1e-6);
         if (c.matrix) CHECK(all_equal(outputs[r][2], fresh[r]));
+        // Where the matrices stayed finite, Q went on as in a run without the overflow, so only the
+        // error feedback tells the two apart: carried over, call 2 would be the clean run's.
+        if (!c.matrix) CHECK_FALSE(all_equal(outputs[r][2], kept[r]));
       }
     }
   }

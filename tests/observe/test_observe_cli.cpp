@@ -70,6 +70,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
                              300s);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
+  std::map<int64_t, bool> overlapped;  // [update] a bucket's allreduce ended before backward did, on some rank
   for (int64_t rank : {0, 1}) {
     INFO("rank " << rank);
     const json doc = read_json_file(dir / ("trace/trace_rank" + std::to_string(rank) + ".json"));
@@ -85,7 +86,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
     for (const auto& u : updates) {
       INFO("update " << u.index);
       std::map<std::string, int> count;  // [span name] within this update
-      int64_t backward_end = 0, first_allreduce = INT64_MAX;
+      int64_t backward_end = 0, first_allreduce = INT64_MAX, first_allreduce_done = INT64_MAX;
       std::vector<Span> train;  // the training thread's spans of this update
       for (const auto& s : spans) {
         if (s.tid >= 100) {  // a bucket's allreduce: starts inside the update
@@ -93,6 +94,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
           CHECK(s.name == "allreduce");
           ++count["allreduce"];
           first_allreduce = std::min(first_allreduce, s.begin);
+          first_allreduce_done = std::min(first_allreduce_done, s.end);
           continue;
         }
         if (s.tid != 1 || !inside(s, u) || &s == &u) continue;
@@ -117,6 +119,10 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
       }
       CHECK(first_allreduce < last_launch);
       CHECK(last_launch <= backward_end);
+      // Overlap itself: a bucket's allreduce finished (its span ends when the collective completes)
+      // while backward was still computing. A collective completes once the slower rank reaches it, so
+      // this holds on the rank that reaches its buckets last, whichever that is in the update.
+      overlapped[u.index] = overlapped[u.index] || first_allreduce_done < backward_end;
       // The training thread's spans nest: any two are disjoint or one holds the other.
       for (const auto& a : train) {
         for (const auto& b : train) {
@@ -132,6 +138,12 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
         }
       }
     }
+  }
+
+  REQUIRE(overlapped.size() == 4);
+  for (const auto& [update, yes] : overlapped) {
+    CAPTURE(update);
+    CHECK(yes);
   }
 
   const auto merged = run_process({binary_path("hetseq-trace"), "merge", dir / "trace"}, 60s);
@@ -225,8 +237,11 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
   CHECK(scalars["valid/test/accuracy"].size() == 2);
   CHECK(scalars["valid/test/accuracy"][1][1].get<double>() ==
         static_cast<double>(static_cast<float>(valid[1]["accuracy"].get<double>())));
+  REQUIRE(scalars.contains("train/split/rank1"));
   CHECK(scalars["train/split/rank1"][0][1] == 40);
   REQUIRE(scalars.contains("ranks/wait_ms/rank0"));
+  REQUIRE(scalars.contains("ranks_epoch/wait_ms/rank1"));
+  REQUIRE(scalars.contains("ranks/compute_ms/rank1"));
   CHECK(scalars["ranks/wait_ms/rank0"].size() == ranks.size());
   CHECK(scalars["ranks_epoch/wait_ms/rank1"].size() == ranks_epoch.size());
   CHECK(scalars["ranks/compute_ms/rank1"][0][1].get<double>() ==

@@ -68,6 +68,7 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
       try {
         hetseq::ProcessGroupOptions options;
         options.timeout = timeout;
+        options.count_collectives = true;  // tests count collectives from outside (counting_backend.h)
         Group group = hetseq::make_process_group(store, r, world, options);
         first_collective(group, world, *started, timeout);
         body(r, group);

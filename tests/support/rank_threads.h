@@ -29,7 +29,7 @@ class OneIntraOpThread {
   int previous_;
 };
 
-/// Runs `body` on `world` threads, rank r with its own Gloo group of the given collective timeout over
+/// Runs `body` on `world` threads, rank r with its own counting (hetseq::counting_backend) Gloo group of the given collective timeout over
 /// one shared HashStore, and returns each rank's exception, `[rank]` (null when it returned normally).
 /// Threads still running after 60 s abort the test program: a hang is a failure, never a pass.
 std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,17 +84,22 @@ bool reap(Child& c, int flags) {
 
 std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::string>>& argvs,
                                          std::chrono::seconds deadline,
-                                         const std::vector<std::map<std::string, std::string>>& envs) {
+                                         const std::vector<std::map<std::string, std::string>>& envs,
+                                         std::chrono::seconds grace) {
   TempDir dir;
   std::vector<Child> children;
   for (size_t i = 0; i < argvs.size(); ++i) {
     children.push_back(spawn(argvs[i], i < envs.size() ? envs[i] : std::map<std::string, std::string>{}, dir.path(), i));
   }
-  const auto end = std::chrono::steady_clock::now() + deadline;
+  auto end = std::chrono::steady_clock::now() + deadline;
+  bool failed = false;
   while (true) {
     bool all_done = true;
     for (auto& c : children) {
-      if (!c.done) reap(c, WNOHANG);
+      if (!c.done && reap(c, WNOHANG) && c.result.exit_code != 0 && !failed) {
+        failed = true;  // the others get `grace` from now
+        end = std::min(end, std::chrono::steady_clock::now() + grace);
+      }
       all_done = all_done && c.done;
     }
     if (all_done) break;
@@ -120,7 +126,7 @@ std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::stri
 
 ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::seconds deadline,
                           const std::map<std::string, std::string>& env) {
-  return run_processes({argv}, deadline, {env}).front();
+  return run_processes({argv}, deadline, {env}, deadline).front();
 }
 
 Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
@@ -129,8 +135,8 @@ Process::Process(const std::vector<std::string>& argv, const std::map<std::strin
 }
 
 Process::~Process() {
+  ::kill(-pid_, SIGKILL);  // the process, or what is left of its group
   if (!reaped_) {
-    ::kill(-pid_, SIGKILL);
     int status = 0;
     ::waitpid(pid_, &status, 0);
   }
@@ -153,6 +159,12 @@ bool Process::wait_for_err(const std::string& text, std::chrono::seconds deadlin
 }
 
 ProcessResult Process::wait(std::chrono::seconds deadline) {
+  wait_leaving_group(deadline);
+  ::kill(-pid_, SIGKILL);  // stragglers of the process group
+  return result_;
+}
+
+ProcessResult Process::wait_leaving_group(std::chrono::seconds deadline) {
   if (!reaped_) {
     Child c;
     c.pid = pid_;
@@ -166,7 +178,6 @@ ProcessResult Process::wait(std::chrono::seconds deadline) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ::kill(-pid_, SIGKILL);
     reaped_ = true;
     result_ = c.result;
     result_.out = slurp(dir_.path() + "/out.0");

@@ -23,11 +23,14 @@ struct ProcessResult {
 ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::seconds deadline,
                           const std::map<std::string, std::string>& env = {});
 
-/// Several processes started together and waited for with one deadline; when one fails (non-zero
-/// exit), the others get `grace` to finish before they are killed.
+/// Several processes started together and waited for with one deadline; once one fails (a non-zero
+/// exit or a signal), the others get `grace` to finish (to report the failure of their own that a
+/// test may expect) before they are killed and marked timed out, so that a failing multi-rank test
+/// fails in seconds rather than waiting out the whole deadline.
 std::vector<ProcessResult> run_processes(const std::vector<std::vector<std::string>>& argvs,
                                          std::chrono::seconds deadline,
-                                         const std::vector<std::map<std::string, std::string>>& envs = {});
+                                         const std::vector<std::map<std::string, std::string>>& envs = {},
+                                         std::chrono::seconds grace = std::chrono::seconds(30));
 
 /// A child process started now and waited for later, for tests that start ranks one after another
 /// (e.g. reading the port that rank 0's store got before starting the others).
@@ -45,6 +48,9 @@ class Process {
   bool wait_for_err(const std::string& text, std::chrono::seconds deadline) const;
   /// Waits at most `deadline` for the exit, kills the process group after that; returns the result.
   ProcessResult wait(std::chrono::seconds deadline);
+  /// As wait(), but leaves the rest of the process group alone when the process exited in time (the
+  /// destructor kills it), so that a test can look for children that outlived their parent.
+  ProcessResult wait_leaving_group(std::chrono::seconds deadline);
   /// Sends SIGKILL to the process group.
   void kill();
   int pid() const { return pid_; }
