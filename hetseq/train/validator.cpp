@@ -41,7 +41,8 @@ std::vector<Stat> Validator::stats(const LogSums& sums, int64_t num_updates) con
   const double loss = sample_size > 0 ? sum_or(sums, "loss") / sample_size / kLn2 : 0;
   const double nll = ntokens > 0 ? sum_or(sums, "nll_loss", sum_or(sums, "loss")) / ntokens / kLn2 : 0;
   std::vector<Stat> stats{{"loss", loss}, {"nll_loss", nll}, {"ppl", std::pow(2.0, nll)},
-                          {"num_updates", static_cast<double>(num_updates), true}};
+                          {"num_updates", static_cast<double>(num_updates), true},
+                          {"sample_size", sample_size, true}};  // the samples validated, over all ranks
   for (const auto& [name, value] : task_.derived_metrics(sums)) stats.push_back({name, value});
   return stats;
 }

@@ -24,9 +24,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// The first 2000 training and 500 test images of the shipped Fashion-MNIST, written once per test process:
+// real data, without every rank of every run loading and normalising all 60000 images.
+const std::string& small_data() {
+  static const TempDir dir;
+  static const bool written = (write_mnist_prefix("/usr/share/datasets/fashion-mnist", dir.path(), 2000, 500), true);
+  (void)written;
+  return dir.path();
+}
+
 // Flags shared by every run: MNIST without dropout, deterministic CPU work, no validation.
 std::vector<std::string> base_args(const std::string& save_dir, int updates) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--cpu", "--dropout", "0,0", "--optimizer", "sgd",
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", small_data(), "--cpu", "--dropout", "0,0", "--optimizer", "sgd",
           "--lr", "0.05", "--momentum", "0.9", "--max-update", std::to_string(updates), "--disable-validation", "--num-workers", "0",
           "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--save-dir", save_dir,
           "--distributed-timeout", "60", "--seed", "5"};
@@ -278,9 +287,13 @@ TEST_CASE("a file rendezvous is removed after a run and a stale one is a clear e
     stale.set("hetseq/run/0/generation", std::vector<uint8_t>(gen.begin(), gen.end()));
     stale.add("hetseq/run/0/g1-1/rank/0", 1);
   }
-  const auto results = run_processes(ranks(dir / "stale"), 120s);
-  INFO(results[0].err);
+  // Rank 1 waits for rank 0 at the start barrier for its own --distributed-timeout (5 s here), then fails.
+  auto stale_ranks = ranks(dir / "stale");
+  for (auto& r : stale_ranks) r = with(r, {"--distributed-timeout", "5"});
+  const auto results = run_processes(stale_ranks, 120s);
+  INFO(results[0].err << "\nrank 1:\n" << results[1].err);
   CHECK(results[0].exit_code == hetseq::kExitInput);
   CHECK_THAT(results[0].err, Catch::Contains("earlier run") && Catch::Contains(rdv));
   CHECK(!results[1].timed_out);
+  CHECK(results[1].exit_code != 0);
 }
