@@ -120,9 +120,11 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
       CHECK(first_allreduce < last_launch);
       CHECK(last_launch <= backward_end);
       // Overlap itself: a bucket's allreduce finished (its span ends when the collective completes)
-      // while backward was still computing. A collective completes once the slower rank reaches it, so
-      // this holds on the rank that reaches its buckets last, whichever that is in the update.
-      overlapped[u.index] = overlapped[u.index] || first_allreduce_done < backward_end;
+      // while backward was still computing gradients, before the last bucket was launched. (Not "before
+      // backward ends": the reducer's backward waits for every bucket, so that would always hold.) A
+      // collective completes once the slower rank reaches it, so this holds on the rank that reaches its
+      // buckets last, whichever that is in the update.
+      overlapped[u.index] = overlapped[u.index] || first_allreduce_done < last_launch;
       // The training thread's spans nest: any two are disjoint or one holds the other.
       for (const auto& a : train) {
         for (const auto& b : train) {
