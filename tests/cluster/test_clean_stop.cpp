@@ -60,7 +60,7 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
           "rerun continues exactly",
           "[cluster][signal]") {
   TempDir dir;
-  write_random_mnist(dir.path(), 960, 40);
+  write_random_mnist(dir.path(), 480, 40);
   // The case that used to leave orphans: two workers of one node over file://.
   auto node = [&](const std::string& name) {
     return with(mnist_train_args(dir.path(), dir / name),
@@ -100,7 +100,7 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
                               Contains("run the same command again to continue from checkpoint_last.pt (exit code 5)"));
   const Checkpoint saved = load_checkpoint(dir / "stopped/checkpoint_last.pt");
   CHECK(saved.num_updates == last);
-  CHECK(last < 120);  // stopped inside the run: 2 epochs of 48 updates
+  CHECK(last < 48);  // stopped inside the run: 2 epochs of 24 updates
 
   const auto resumed = run_process(node("stopped"), 600s);
   require_success(resumed, "rerun");
@@ -116,7 +116,7 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
       }
     }
     std::sort(used.begin(), used.end());
-    std::vector<int64_t> all(960);
+    std::vector<int64_t> all(480);
     std::iota(all.begin(), all.end(), 0);
     CHECK(used == all);
   }
