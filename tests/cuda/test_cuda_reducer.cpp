@@ -114,7 +114,7 @@ TEST_CASE("CUDA: find_unused_parameters with CUDA gradients: parameters unused o
   }
 }
 
-TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets leave a rank's CUDA gradients as they are",
+TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets leave a rank's gradients as they are",
           "[cuda][ddp][nccl]") {
   if (!cuda_or_skip()) return;
   const torch::Device gpu(torch::kCUDA, 0);

@@ -31,13 +31,16 @@ using Catch::Contains;
 
 namespace {
 
-// hetseq-train on the MNIST files in `data` on this process's CUDA device 0 (no --cpu), Adam, no loader
-// threads, a JSON line per update, checkpoints in `save_dir`; the tests add the world and the schedule.
+// hetseq-train on the MNIST files in `data` on this process's CUDA device 0 (no --cpu), no loader threads, JSON
+// log lines, checkpoints in `save_dir`; the tests add the optimizer, the world, the schedule and --log-interval.
 std::vector<std::string> cuda_args(const std::string& data, const std::string& save_dir, int seed) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--device-id", "0", "--optimizer", "adam",
-          "--lr", "0.001", "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
-          "--save-dir", save_dir, "--distributed-timeout", "120", "--seed", std::to_string(seed)};
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--device-id", "0", "--num-workers", "0",
+          "--no-progress-bar", "--log-format", "json", "--save-dir", save_dir, "--distributed-timeout", "120", "--seed",
+          std::to_string(seed)};
 }
+
+// Adam with lr 0.001, as the CPU tests of the same behaviour train.
+const std::vector<std::string> kAdam{"--optimizer", "adam", "--lr", "0.001"};
 
 // Rank `rank` of `world` explicit processes on one machine, over Gloo (which carries CUDA tensors, so
 // several ranks can share one GPU, which NCCL refuses), meeting at a file rendezvous in `dir`.
@@ -82,9 +85,9 @@ TEST_CASE("CUDA: MNIST trains Fashion-MNIST on one GPU, validates, and hetseq-ev
   if (!cuda_or_skip()) return;
   TempDir dir;
   write_mnist_prefix(fashion_mnist_dir(), dir.path(), 4000, 1000);
-  const auto r = run_process(with(cuda_args(dir.path(), dir / "save", 3),
-                                  {"--max-sentences", "64", "--max-update", "60", "--valid-subset", "test",
-                                   "--max-sentences-valid", "500"}),
+  const auto r = run_process(with(with(cuda_args(dir.path(), dir / "save", 3), kAdam),
+                                  {"--max-sentences", "64", "--max-update", "60", "--log-interval", "1",
+                                   "--valid-subset", "test", "--max-sentences-valid", "500"}),
                              300s);
   require_success(r, "training on cuda:0");
   CHECK_THAT(r.err, Contains("device cuda:0"));
@@ -113,8 +116,8 @@ TEST_CASE("CUDA: two CUDA ranks and a CPU rank with batches 7 13 29 train the mo
   // No dropout, SGD: the parameters depend on the weighted average of the gradients alone.
   const std::vector<std::string> recipe{"--dropout", "0,0", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
                                         "--max-update", "5", "--disable-validation"};
-  const auto single = run_process(with(with(cuda_args(dir.path(), dir / "single", 5), recipe), {"--max-sentences", "49"}),
-                                  300s);
+  const auto single =
+      run_process(with(with(cuda_args(dir.path(), dir / "single", 5), recipe), {"--max-sentences", "49"}), 300s);
   require_success(single, "one process on cuda:0");
   // Ranks 0 and 2 on GPU 0, rank 1 on the CPU: the heterogeneous world of one GPU and a CPU.
   const std::vector<std::string> batch{"7", "13", "29"};
@@ -144,9 +147,10 @@ TEST_CASE("CUDA: fp16 on two CUDA ranks with unequal batches: both skip the same
   std::vector<std::vector<std::string>> commands;
   const std::vector<std::string> batch{"7", "13"};
   for (int r = 0; r < 2; ++r) {
-    commands.push_back(with(with(cuda_args(dir.path(), dir / "save", 13), gloo_rank(r, 2, dir / "rendezvous")),
-                            {"--fp16", "--fp16-init-scale", "1073741824", "--fp16-scale-window", "4",
-                             "--max-sentences", batch[r], "--max-update", "12", "--disable-validation",
+    const auto rank = with(with(cuda_args(dir.path(), dir / "save", 13), kAdam), gloo_rank(r, 2, dir / "rendezvous"));
+    commands.push_back(with(rank,
+                            {"--fp16", "--fp16-init-scale", "1073741824", "--fp16-scale-window", "4", "--log-interval",
+                             "1", "--max-sentences", batch[r], "--max-update", "12", "--disable-validation",
                              "--log-all-ranks"}));
   }
   const auto results = run_processes(commands, 300s);
@@ -178,7 +182,7 @@ TEST_CASE("CUDA: bf16 trains Fashion-MNIST on one GPU and validates", "[cuda][pr
   if (!cuda_or_skip()) return;
   TempDir dir;
   write_mnist_prefix(fashion_mnist_dir(), dir.path(), 2000, 1000);
-  const auto r = run_process(with(cuda_args(dir.path(), dir / "save", 3),
+  const auto r = run_process(with(with(cuda_args(dir.path(), dir / "save", 3), kAdam),
                                   {"--bf16", "--max-sentences", "32", "--max-update", "40", "--log-interval", "10",
                                    "--valid-subset", "test", "--max-sentences-valid", "500"}),
                              300s);
@@ -201,9 +205,9 @@ TEST_CASE("CUDA: a run stopped mid-epoch and resumed is bit-identical to the run
   // MNISTNet's dropout (on by default) draws its masks from the CUDA generator: a resumed run continues bit for
   // bit only if that generator's state after the restart is the one the uninterrupted run had.
   auto run = [&](const std::string& save_dir, int updates) {
-    return run_process(with(cuda_args(dir.path(), save_dir, 11),
-                            {"--max-sentences", "24", "--update-freq", "3", "--max-update", std::to_string(updates),
-                             "--disable-validation"}),
+    return run_process(with(with(cuda_args(dir.path(), save_dir, 11), kAdam),
+                            {"--max-sentences", "24", "--update-freq", "3", "--log-interval", "1", "--max-update",
+                             std::to_string(updates), "--disable-validation"}),
                        300s);
   };
   const auto straight = run(dir / "straight", 7);
