@@ -529,8 +529,9 @@ step_nccl1() {
   mnist nccl1 120 --max-sentences 64 --max-epoch 2 --log-interval 50 --save-dir "$work_dir/nccl1"; rc=$?
   sps="$(samples_per_s "$out/logs/nccl1.log")"
   run_logged nccl1 120 "$BIN/hetseq-tests" "CUDA: NCCL at world size 1*" || rc=$((rc + 1000))
-  if grep -q "\[cuda\] skipped:" "$out/logs/nccl1.log"; then
-    record nccl1 failed $(( $(date +%s) - t0 )) "no CUDA device" ; return 1
+  if grep -q "\[cuda\] skipped:" "$out/logs/nccl1.log" || ! grep -q "device cuda:0" "$out/logs/nccl1.log"; then
+    record nccl1 failed $(( $(date +%s) - t0 )) "no CUDA device: the runs were not on cuda:0 (logs/nccl1.log)"
+    return 1
   fi
   [ "$rc" -eq 0 ] && record nccl1 passed $(( $(date +%s) - t0 )) "" "one_gpu_samples_per_s:=$sps" "batch:=64" ||
     { record nccl1 failed $(( $(date +%s) - t0 )) "exit $rc (logs/nccl1.log)" "one_gpu_samples_per_s:=$sps"; return 1; }
@@ -579,12 +580,13 @@ step_hetero() {
   fixed="$(samples_per_s "$out/logs/hetero_fixed_rank0.log")"
   balanced="$(samples_per_s "$out/logs/hetero_balanced_rank0.log")"
   split="$(grep -o '"split": *\[[0-9, ]*\]' "$out/logs/hetero_balanced_rank0.log" | tail -1 | sed 's/"split": *//')"
+  for f in alone fixed_rank0 balanced_rank0; do grep -q "device cuda:0" "$out/logs/hetero_$f.log" || rc=1; done
   if [ "$rc" -eq 0 ]; then
     record hetero passed $(( $(date +%s) - t0 )) "" "gpu_alone_samples_per_s:=$alone" \
       "gpu_plus_2cpu_equal_samples_per_s:=$fixed" "gpu_plus_2cpu_auto_balance_samples_per_s:=$balanced" \
       "final_split:=${split:-null}" "samples_per_update:=192" "cpu_rank_threads:=$threads"
   else
-    record hetero failed $(( $(date +%s) - t0 )) "a run failed (logs/hetero_*.log)" "gpu_alone_samples_per_s:=$alone" \
+    record hetero failed $(( $(date +%s) - t0 )) "a run failed or was not on cuda:0 (logs/hetero_*.log)" "gpu_alone_samples_per_s:=$alone" \
       "gpu_plus_2cpu_equal_samples_per_s:=$fixed" "gpu_plus_2cpu_auto_balance_samples_per_s:=$balanced"
     return 1
   fi
@@ -599,6 +601,7 @@ step_bert() {
     --weight-decay 0.01 --disable-validation --no-save --num-workers 4 --log-format json --log-interval 20 \
     --no-progress-bar --save-dir "$work_dir/bert" || rc=1
   hetseq="$(samples_per_s "$out/logs/bert_hetseq.log")"
+  grep -q "autocast on cuda:0" "$out/logs/bert_hetseq.log" || rc=1
   params="$(grep -o 'model with [0-9]* parameters' "$out/logs/bert_hetseq.log" | head -1 | awk '{print $3}')"
   local data_args=(--data "$pack/data/bert/shards")
   "$TORCH_PY" -c 'import h5py' >/dev/null 2>&1 || data_args=(--synthetic 4096)
@@ -635,7 +638,7 @@ PYEOF
   if [ "$rc" -eq 0 ] && [ -n "$hetseq" ] && [ "$hetseq" != null ]; then
     record bert passed $(( $(date +%s) - t0 )) "" "batch:=$batch" "updates:=$updates" "@$work_dir/bert.json"
   else
-    record bert failed $(( $(date +%s) - t0 )) "a run failed (logs/bert_*.log)" "batch:=$batch" "@$work_dir/bert.json"
+    record bert failed $(( $(date +%s) - t0 )) "a run failed or was not on cuda:0 (logs/bert_*.log)" "batch:=$batch" "@$work_dir/bert.json"
     return 1
   fi
 }
