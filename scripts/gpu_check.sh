@@ -45,7 +45,7 @@
 #                 GPU's dense bf16 peak) and the peer's peak GPU memory
 #         mnist2  2 CPU ranks of one node on the packed data (what --rehearse runs)
 #         tests   the whole test suite, several tests at once, until the budget ends (tests not started are listed)
-#       --tests SPEC restricts the tests step to a Catch2 test spec.
+#       --tests SPEC restricts the tests step to a Catch2 test spec (default: all, less [cuda] when the cuda step runs).
 #
 # Exit code of --run: 0 when every step passed, 1 otherwise (the summary says which). --pack and --rehearse exit 1
 # with a message naming what is wrong.
@@ -670,7 +670,7 @@ run_checks() {
   log "run of $pack into $out: steps $steps, budget $budget s"
   export HETSEQ_TEST_SOURCE_DIR="$pack/src" HETSEQ_TEST_FASHION_MNIST="$pack/data/fashion-mnist"
   BIN="" TORCH_PY=""
-  local failed=0 s
+  local failed=0 s spec
   for s in ${steps//,/ }; do
     if [ "$s" != route ] && [ -z "$BIN" ]; then
       record "$s" skipped 0 "no binaries: the route step failed or did not run"; failed=1; continue
@@ -685,7 +685,10 @@ run_checks() {
       hetero) step_hetero || failed=1 ;;
       bert) step_bert || failed=1 ;;
       mnist2) step_mnist2 || failed=1 ;;
-      tests) run_tests tests "$test_spec" "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" 5 || failed=1 ;;
+      tests) # the CUDA tests ran in their own step when it was asked for
+             spec="$test_spec"
+             [ -z "$spec" ] && [[ ",$steps," == *,cuda,* ]] && spec="~[cuda]"
+             run_tests tests "$spec" "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" 5 || failed=1 ;;
       *) record "$s" failed 0 "unknown step (see --help)"; failed=1 ;;
     esac
   done
