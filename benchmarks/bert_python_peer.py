@@ -17,6 +17,10 @@ thread per worker. With --workers 2, two processes with DistributedDataParallel 
 
 Timed: from the start of the first update to the end of the last optimizer step (what hetseq's `ups` covers);
 building the model and opening the shards come before.
+
+--device cuda (one worker) trains on GPU 0 under CUDA autocast and adds the peak GPU memory to the JSON line;
+--synthetic draws random batches of the shards' shapes (128 tokens, 20 masked positions) instead of reading shards,
+for a machine without h5py (scripts/gpu_check.sh --run).
 """
 import argparse
 import glob
@@ -26,7 +30,6 @@ import os
 import socket
 import time
 
-import h5py
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -76,7 +79,7 @@ class BertForPreTraining(nn.Module):
 
     def forward(self, ids, types, mask, masked_index):
         s = ids.shape[1]
-        x = self.words(ids) + self.positions(torch.arange(s)).unsqueeze(0) + self.types(types)
+        x = self.words(ids) + self.positions(torch.arange(s, device=ids.device)).unsqueeze(0) + self.types(types)
         x = self.emb_drop(self.emb_norm(x))
         attend = mask.ne(0)[:, None, None, :]
         for layer in self.layers:
@@ -96,13 +99,15 @@ def loss_of(model, batch):
     seq = torch.div(masked, s, rounding_mode="floor")
     mlm_logits, nsp_logits = model(ids, types, mask, masked)
     tok = F.cross_entropy(mlm_logits, targets, reduction="none")
-    per_sum = torch.zeros(b).index_add(0, seq, tok)
-    per_cnt = torch.zeros(b).index_add(0, seq, torch.ones_like(tok))
+    per_sum = torch.zeros(b, device=tok.device).index_add(0, seq, tok.float())
+    per_cnt = torch.zeros(b, device=tok.device).index_add(0, seq, torch.ones_like(tok, dtype=torch.float32))
     return (per_sum / per_cnt.clamp_min(1)).sum() + F.cross_entropy(nsp_logits, nsl, reduction="sum")
 
 
 class Shards:
     def __init__(self, files):
+        import h5py  # only here: --synthetic runs without it
+
         self.files = [h5py.File(f, "r") for f in files]
         self.ends = np.cumsum([f["input_ids"].shape[0] for f in self.files])
 
@@ -126,6 +131,26 @@ class Shards:
         return t["input_ids"], t["segment_ids"], t["input_mask"], labels, t["next_sentence_labels"].view(-1)
 
 
+class Synthetic:
+    """Random batches of the shards' shapes: 128 tokens, all attended, 20 masked positions per sequence."""
+
+    def __init__(self, size, vocab_size, seq=128, predictions=20):
+        self.size, self.vocab, self.seq, self.predictions = size, vocab_size, seq, predictions
+
+    def __len__(self):
+        return self.size
+
+    def batch(self, indices):
+        g = torch.Generator().manual_seed(int(indices[0]))
+        b = len(indices)
+        ids = torch.randint(0, self.vocab, (b, self.seq), generator=g)
+        labels = torch.full_like(ids, -1)
+        pos = torch.stack([torch.randperm(self.seq - 1, generator=g)[:self.predictions] + 1 for _ in range(b)])
+        labels.scatter_(1, pos, torch.randint(0, self.vocab, pos.shape, generator=g))
+        return (ids, torch.zeros_like(ids), torch.ones_like(ids), labels,
+                torch.randint(0, 2, (b,), generator=g))
+
+
 def run(rank, args, port):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -133,14 +158,18 @@ def run(rank, args, port):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.workers)
     with open(args.config) as f:
         config = json.load(f)
-    model = BertForPreTraining(config)
+    device = torch.device(args.device)
+    model = BertForPreTraining(config).to(device)
     step_model = nn.parallel.DistributedDataParallel(model) if args.workers > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay)
     amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     # fp16: hetseq's defaults (start scale 128, doubled after 16384 / workers updates without overflow).
-    scaler = (torch.amp.GradScaler("cpu", init_scale=128.0, growth_interval=16384 // args.workers)
+    scaler = (torch.amp.GradScaler(device.type, init_scale=128.0, growth_interval=16384 // args.workers)
               if args.precision == "fp16" else None)
-    data = Shards(sorted(glob.glob(os.path.join(args.data, "*train*"))))
+    if args.synthetic:
+        data = Synthetic(args.synthetic, config["vocab_size"])
+    else:
+        data = Shards(sorted(glob.glob(os.path.join(args.data, "*train*"))))
     order = np.random.RandomState(args.seed).permutation(len(data))
     per_update = args.batch_size * args.workers
     model.train()
@@ -149,8 +178,9 @@ def run(rank, args, port):
     for u in range(args.updates):
         chunk = order[u * per_update:(u + 1) * per_update]
         batch = data.batch(sorted(chunk[rank * args.batch_size:(rank + 1) * args.batch_size]))
+        batch = tuple(t.to(device, non_blocking=True) for t in batch)
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=amp_dtype, enabled=amp_dtype is not None):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = loss_of(step_model, batch)
         # Gradient of the mean over all sequences of the update (DDP averages over ranks, so divide by the
         # per-rank count, as every rank has the same).
@@ -163,18 +193,24 @@ def run(rank, args, port):
             mean.backward()
             opt.step()
         loss_value = loss.item() / args.batch_size
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if rank == 0:
-        print(json.dumps({"sequences_per_s": args.updates * per_update / seconds, "updates": args.updates,
-                          "seconds": seconds, "workers": args.workers, "batch_size": args.batch_size,
-                          "final_loss_bits": loss_value / math.log(2)}), flush=True)
+        result = {"sequences_per_s": args.updates * per_update / seconds, "updates": args.updates,
+                  "seconds": seconds, "workers": args.workers, "batch_size": args.batch_size,
+                  "final_loss_bits": loss_value / math.log(2), "device": str(device),
+                  "parameters": sum(p.numel() for p in model.parameters())}
+        if device.type == "cuda":
+            result["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
+        print(json.dumps(result), flush=True)
     if args.workers > 1:
         dist.destroy_process_group()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, help="directory with *train* HDF5 shards")
+    parser.add_argument("--data", help="directory with *train* HDF5 shards (required without --synthetic)")
     parser.add_argument("--config", required=True, help="bert_config.json")
     parser.add_argument("--updates", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per worker and update")
@@ -184,8 +220,15 @@ def main():
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                        help="forward passes under CPU autocast (fp16 with a GradScaler)")
+                        help="forward passes under autocast (fp16 with a GradScaler)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: GPU 0, one worker")
+    parser.add_argument("--synthetic", type=int, default=0, metavar="N",
+                        help="N random sequences of the shards' shapes instead of --data")
     args = parser.parse_args()
+    if not args.synthetic and not args.data:
+        parser.error("--data is required without --synthetic")
+    if args.device == "cuda" and args.workers != 1:
+        parser.error("--device cuda runs one worker")
     if args.workers == 1:
         run(0, args, 0)
     else:

@@ -14,12 +14,13 @@
 #include "bert/shard_writer.h"
 #include "hetseq/core/error.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 using namespace hetseq::test;
 
 namespace {
 
-const std::string kTinyConfig = std::string(HETSEQ_SOURCE_DIR) + "/configs/bert-tiny.json";
+const std::string kTinyConfig = source_dir() + "/configs/bert-tiny.json";
 
 ProcessResult train(std::vector<std::string> args) {
   args.insert(args.begin(), binary_path("hetseq-train"));

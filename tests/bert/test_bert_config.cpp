@@ -7,6 +7,7 @@
 
 #include "hetseq/core/error.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 #include "tasks/bert/bert_config.h"
 
 using hetseq::InputError;
@@ -16,7 +17,7 @@ using hetseq::bert::read_bert_config;
 
 namespace {
 
-const std::string kConfigs = std::string(HETSEQ_SOURCE_DIR) + "/configs/";
+const std::string kConfigs = hetseq::test::source_dir() + "/configs/";
 
 std::string error_of(const std::string& json) {
   try {

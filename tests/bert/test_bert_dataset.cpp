@@ -12,6 +12,7 @@
 #include "bert/shard_writer.h"
 #include "hetseq/core/error.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 #include "tasks/bert/bert_dataset.h"
 #include "tasks/bert/bert_shard.h"
 
@@ -305,7 +306,7 @@ TEST_CASE("a dataset stored in one piece that is shorter than its shape is an er
           "[bert][data]") {
   // A fuzzer's finding (docs/RELIABILITY.md): 'input_ids' is compact (its data in the header), with less data than
   // its shape; HDF5 1.10.8 read rows past it.
-  const std::string file = std::string(HETSEQ_SOURCE_DIR) + "/fuzz/corpus/bert_shard/crash-hdf5-compact-short.h5";
+  const std::string file = hetseq::test::source_dir() + "/fuzz/corpus/bert_shard/crash-hdf5-compact-short.h5";
   CHECK_THROWS_WITH(hetseq::bert::inspect_shard(file),
                     Catch::StartsWith(file + ": dataset 'input_ids' is stored in ") &&
                         Catch::EndsWith("; the file is corrupt"));

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "support/test_paths.h"
 #include "tasks/bert/bert_config.h"
 #include "tasks/bert/bert_model.h"
 
@@ -16,7 +17,7 @@ using hetseq::bert::BertModel;
 
 namespace {
 
-const std::string kConfigs = std::string(HETSEQ_SOURCE_DIR) + "/configs/";
+const std::string kConfigs = hetseq::test::source_dir() + "/configs/";
 
 BertConfig small_config() {
   BertConfig c;

@@ -19,6 +19,7 @@
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/precision.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 #include "tasks/bert/bert_config.h"
 #include "tasks/bert/bert_model.h"
 #include "tasks/bert/bert_task.h"
@@ -30,7 +31,7 @@ using hetseq::test::TempDir;
 
 namespace {
 
-const std::string kTinyConfig = std::string(HETSEQ_SOURCE_DIR) + "/configs/bert-tiny.json";
+const std::string kTinyConfig = hetseq::test::source_dir() + "/configs/bert-tiny.json";
 
 cxxopts::ParseResult parse_command_line(std::vector<std::string> args) {
   const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("bert");

@@ -17,6 +17,7 @@
 #include "hetseq/optim/adam.h"
 #include "support/error_message.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -251,7 +252,7 @@ TEST_CASE("checkpoint names follow HetSeq and retention keeps exactly what the f
 TEST_CASE("a checkpoint tensor whose shape reaches past the bytes of its record is an error naming the entry",
           "[checkpoint]") {
   // A fuzzer's finding (docs/RELIABILITY.md): the pickle gives an 8-byte record a view of 904 bytes.
-  std::ifstream in(std::string(HETSEQ_SOURCE_DIR) + "/fuzz/corpus/checkpoint/crash-tensor-beyond-storage",
+  std::ifstream in(hetseq::test::source_dir() + "/fuzz/corpus/checkpoint/crash-tensor-beyond-storage",
                    std::ios::binary);
   const std::string input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   REQUIRE(!input.empty());

@@ -22,6 +22,7 @@
 #include "support/process_checks.h"
 #include "support/save_pause.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace hetseq::test;
@@ -237,7 +238,7 @@ TEST_CASE("bad checkpoints and resume mismatches are clear errors", "[checkpoint
 }
 
 TEST_CASE("Python reads a checkpoint's weights with torch.load", "[checkpoint][python]") {
-  const std::string python = HETSEQ_PYTHON;
+  const std::string python = python_path();
   REQUIRE(!python.empty());  // the venv of scripts/setup.sh; set HETSEQ_PYTHON at configure time otherwise
   TempDir dir;
   write_random_mnist(dir.path(), 100, 10);
@@ -246,7 +247,7 @@ TEST_CASE("Python reads a checkpoint's weights with torch.load", "[checkpoint][p
                               120s),
                   "training");
   const std::string path = dir / "ckpt/checkpoint_last.pt";
-  const auto r = run_process({python, std::string(HETSEQ_SOURCE_DIR) + "/scripts/checkpoint_weights.py", path,
+  const auto r = run_process({python, source_dir() + "/scripts/checkpoint_weights.py", path,
                               "--summary"},
                              120s);
   INFO(r.err);

@@ -22,6 +22,7 @@
 #include "support/error_message.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -155,13 +156,13 @@ TEST_CASE("a streamed save writes exactly the bytes of the in-memory encoding", 
 }
 
 TEST_CASE("Python reads a streamed checkpoint of every tensor layout", "[checkpoint][python]") {
-  const std::string python = HETSEQ_PYTHON;
+  const std::string python = hetseq::test::python_path();
   REQUIRE(!python.empty());  // the venv of scripts/setup.sh; set HETSEQ_PYTHON at configure time otherwise
   TempDir dir;
   const Checkpoint c = layouts_checkpoint();
   hetseq::save_checkpoint(c, {dir / "checkpoint_last.pt"});
   const auto r = hetseq::test::run_process(
-      {python, std::string(HETSEQ_SOURCE_DIR) + "/scripts/checkpoint_weights.py", dir / "checkpoint_last.pt",
+      {python, hetseq::test::source_dir() + "/scripts/checkpoint_weights.py", dir / "checkpoint_last.pt",
        "--summary"},
       120s);
   INFO(r.err);

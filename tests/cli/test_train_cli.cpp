@@ -8,13 +8,14 @@
 #include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 using namespace hetseq::test;
 namespace fs = std::filesystem;
 
 namespace {
 
-const char* kData = "/usr/share/datasets/fashion-mnist";
+const std::string kData = fashion_mnist_dir();
 
 ProcessResult train(std::vector<std::string> args) {
   args.insert(args.begin(), binary_path("hetseq-train"));

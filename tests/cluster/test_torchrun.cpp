@@ -20,6 +20,7 @@
 #include "support/run_output.h"
 #include "support/process_checks.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 using namespace hetseq;
 using namespace hetseq::test;
@@ -30,7 +31,7 @@ namespace {
 
 // torchrun of the venv whose torch wheel LibTorch came from (scripts/setup.sh).
 std::string torchrun() {
-  const std::string python = HETSEQ_PYTHON;
+  const std::string python = python_path();
   REQUIRE(!python.empty());
   const std::string path = std::filesystem::path(python).parent_path() / "torchrun";
   REQUIRE(std::filesystem::exists(path));

@@ -21,6 +21,7 @@
 #include "tasks/mnist/mnist_dataset.h"
 #include "support/error_message.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -130,7 +131,7 @@ TEST_CASE("IDX dimensions too large for a tensor are an InputError naming the fi
 }
 
 TEST_CASE("the installed Fashion-MNIST test split reads as 10000 images of 28x28 with labels 0..9", "[mnist][idx]") {
-  const std::string root = "/usr/share/datasets/fashion-mnist";
+  const std::string root = hetseq::test::fashion_mnist_dir();
   const torch::Tensor images = read_idx_images(root + "/t10k-images-idx3-ubyte.gz");
   const torch::Tensor labels = read_idx_labels(root + "/t10k-labels-idx1-ubyte.gz");
   CHECK(images.sizes() == torch::IntArrayRef({10000, 28, 28}));

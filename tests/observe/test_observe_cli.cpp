@@ -15,6 +15,7 @@
 #include "support/run_output.h"
 #include "support/process_checks.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 using namespace hetseq::test;
 using namespace std::chrono_literals;
@@ -163,7 +164,7 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
 TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same values read back by tensorboard "
           "and the plots are drawn from the log",
           "[observe][tensorboard][multiprocess]") {
-  const std::string python = HETSEQ_PYTHON;
+  const std::string python = python_path();
   REQUIRE(!python.empty());  // scripts/setup.sh's environment, with tensorboard and matplotlib
   TempDir dir;
   write_random_mnist(dir.path(), 600, 100);
@@ -222,7 +223,7 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
                         Catch::Contains("  <- slowest"));
 
   // TensorBoard, read with the tensorboard package's own reader.
-  const auto tb = run_process({python, std::string(HETSEQ_SOURCE_DIR) + "/tests/observe/read_tensorboard.py",
+  const auto tb = run_process({python, source_dir() + "/tests/observe/read_tensorboard.py",
                                dir / "tb"},
                               120s);
   INFO(tb.err);
@@ -250,7 +251,7 @@ TEST_CASE("The per-rank summary and the JSON log and TensorBoard hold the same v
         Approx(ranks[0]["compute_ms"][1].get<double>()).epsilon(1e-6));
 
   // The plots: real PNG files of a sensible size.
-  const auto plot = run_process({python, std::string(HETSEQ_SOURCE_DIR) + "/scripts/plot_run.py",
+  const auto plot = run_process({python, source_dir() + "/scripts/plot_run.py",
                                  dir / "logs/run.jsonl", "-o", dir / "plots"},
                                 120s);
   INFO(plot.out << plot.err);

@@ -16,14 +16,15 @@
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 
 using namespace hetseq::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kLocalSlurm = std::string(HETSEQ_SOURCE_DIR) + "/tests/slurm/local_slurm.sh";
-const std::string kBatchScript = std::string(HETSEQ_SOURCE_DIR) + "/scripts/slurm/hetseq.sbatch";
+const std::string kLocalSlurm = source_dir() + "/tests/slurm/local_slurm.sh";
+const std::string kBatchScript = source_dir() + "/scripts/slurm/hetseq.sbatch";
 
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;

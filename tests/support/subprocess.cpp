@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "support/test_paths.h"
+
 extern char** environ;
 
 namespace hetseq::test {
@@ -196,6 +198,6 @@ bool process_alive(int pid) {
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
-std::string binary_path(const std::string& name) { return std::string(HETSEQ_BINARY_DIR) + "/bin/" + name; }
+std::string binary_path(const std::string& name) { return binary_dir() + "/bin/" + name; }
 
 }  // namespace hetseq::test

@@ -19,6 +19,7 @@
 #include "support/process_checks.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
+#include "support/test_paths.h"
 
 using namespace hetseq::test;
 using namespace std::chrono_literals;
@@ -124,7 +125,7 @@ TEST_CASE("bf16 trains Fashion-MNIST on the CPU and validates", "[precision][cli
   TempDir dir;
   // The first 2000 training and 1000 test samples: bf16 is slow on a CPU without bf16 instructions,
   // and a full 10000-sample validation took most of this test's time.
-  write_mnist_prefix("/usr/share/datasets/fashion-mnist", dir.path(), 2000, 1000);
+  write_mnist_prefix(fashion_mnist_dir(), dir.path(), 2000, 1000);
   const auto r = run_process({binary_path("hetseq-train"), "--task", "mnist", "--data", dir.path(), "--cpu", "--bf16", "--max-sentences", "32",
                               "--optimizer", "adam", "--lr", "0.001", "--max-update", "40", "--log-format", "json",
                               "--log-interval", "10", "--save-dir", dir / "save", "--max-sentences-valid", "500"},

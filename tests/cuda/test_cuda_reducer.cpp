@@ -1,0 +1,155 @@
+// The DistributedReducer with CUDA gradients (level 1, see support/rank_threads.h): --find-unused-parameters on
+// ranks as threads whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
+// "find_unused_parameters: parameters unused on some or all ranks" in tests/distributed/test_ddp_reducer.cpp),
+// and NCCL at world size 1. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h).
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include "cuda/cuda_skip.h"
+#include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/process_group.h"
+#include "support/rank_threads.h"
+
+using hetseq::DdpOptions;
+using hetseq::DistributedReducer;
+using hetseq::test::cuda_or_skip;
+using hetseq::test::Group;
+using hetseq::test::run_ranks;
+
+namespace {
+
+// Three heads on one input; `a` is always used, `b` on request, `never` never.
+struct Branchy : torch::nn::Module {
+  Branchy() {
+    a = register_module("a", torch::nn::Linear(4, 3));
+    b = register_module("b", torch::nn::Linear(4, 3));
+    never = register_module("never", torch::nn::Linear(4, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_b) {
+    torch::Tensor y = a->forward(x);
+    if (use_b) y = y + 2 * b->forward(x);
+    return y;
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, never{nullptr};
+};
+
+}  // namespace
+
+TEST_CASE("CUDA: find_unused_parameters with CUDA gradients: parameters unused on some or all ranks",
+          "[cuda][ddp]") {
+  if (!cuda_or_skip()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  constexpr int kWorld = 3;
+  // [update][rank] whether rank uses branch b: on some ranks, then on another set, then on none.
+  const std::vector<std::vector<bool>> uses_b{{false, true, true}, {false, false, true}, {false, false, false}};
+  const torch::Tensor x = torch::arange(8, torch::kFloat32).reshape({2, 4}) / 8;
+
+  for (double cap_mb : {1e-6, 25.0}) {
+    CAPTURE(cap_mb);
+    std::vector<std::shared_ptr<Branchy>> models;
+    for (int r = 0; r < kWorld; ++r) {
+      torch::manual_seed(40 + r);
+      models.push_back(std::make_shared<Branchy>());
+      models.back()->to(gpu);
+    }
+    // [rank][update] gradients by parameter name, copied to the CPU (undefined: no gradient)
+    std::vector<std::vector<std::map<std::string, torch::Tensor>>> grads(kWorld);
+    // [rank] the device of every gradient that arrived, as seen after the reduction
+    std::vector<std::vector<std::string>> devices(kWorld);
+    run_ranks(kWorld, [&](int rank, const Group& group) {
+      auto& model = *models[rank];
+      DdpOptions options;
+      options.bucket_cap_mb = cap_mb;
+      options.find_unused_parameters = true;
+      DistributedReducer reducer(model, group, options);
+      const torch::Tensor input = x.to(gpu);
+      for (size_t update = 0; update < uses_b.size(); ++update) {
+        for (auto& p : model.parameters()) p.mutable_grad().reset();
+        torch::Tensor loss = (rank + 1) * model.forward(input, uses_b[update][rank]).sum();
+        reducer.before_backward(0, 1, loss);
+        loss.backward();
+        reducer.finish_update({});
+        std::map<std::string, torch::Tensor> named;
+        for (const auto& item : model.named_parameters()) {
+          const torch::Tensor g = item.value().grad();
+          if (g.defined()) devices[rank].push_back(g.device().str());
+          named[item.key()] = g.defined() ? g.detach().to(torch::kCPU) : torch::Tensor();
+        }
+        grads[rank].push_back(named);
+      }
+    });
+    // d/dW of sum(W x + c) is the column sums of x for every row; the bias gets the batch size.
+    const torch::Tensor dw = x.sum(0).expand({3, 4});
+    const torch::Tensor db = torch::full({3}, 2.0f);
+    for (int r = 0; r < kWorld; ++r) {
+      for (const auto& d : devices[r]) CHECK(d == "cuda:0");
+    }
+    for (size_t update = 0; update < uses_b.size(); ++update) {
+      double b_weight = 0;  // sum over the ranks that use b of 2 * (rank + 1)
+      for (int r = 0; r < kWorld; ++r) b_weight += uses_b[update][r] ? 2.0 * (r + 1) : 0.0;
+      for (int r = 0; r < kWorld; ++r) {
+        CAPTURE(update, r);
+        const auto& g = grads[r][update];
+        CHECK(torch::allclose(g.at("a.weight"), 6 * dw));
+        CHECK(torch::allclose(g.at("a.bias"), 6 * db));
+        if (b_weight > 0) {  // used on some ranks: the sum, with zeros from the others
+          REQUIRE(g.at("b.weight").defined());
+          CHECK(torch::allclose(g.at("b.weight"), b_weight * dw));
+          CHECK(torch::allclose(g.at("b.bias"), b_weight * db));
+        } else {  // used on no rank: no gradient, as under DDP, so that the optimizer skips it
+          CHECK_FALSE(g.at("b.weight").defined());
+          CHECK_FALSE(g.at("b.bias").defined());
+        }
+        CHECK_FALSE(g.at("never.weight").defined());
+        CHECK_FALSE(g.at("never.bias").defined());
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets leave a rank's gradients as they are",
+          "[cuda][ddp][nccl]") {
+  if (!cuda_or_skip()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  hetseq::ProcessGroupOptions options;
+  options.backend = "nccl";
+  options.timeout = std::chrono::seconds(60);
+  const auto group = hetseq::make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+  std::vector<torch::Tensor> tensors{torch::arange(1000, torch::TensorOptions(torch::kFloat32).device(gpu))};
+  group->allreduce(tensors)->wait();
+  CHECK(torch::equal(tensors[0].cpu(), torch::arange(1000, torch::kFloat32)));
+
+  torch::manual_seed(7);
+  torch::nn::Sequential mlp(torch::nn::Linear(5, 16), torch::nn::Tanh(), torch::nn::Linear(16, 3));
+  mlp->to(gpu);
+  const torch::Tensor x = torch::randn({8, 5}).to(gpu);
+  // The gradients of one backward without a reducer, then with one (several buckets).
+  mlp->forward(x).square().sum().backward();
+  std::vector<torch::Tensor> local;
+  for (auto& p : mlp->parameters()) {
+    local.push_back(p.grad().detach().cpu().clone());
+    p.mutable_grad().reset();
+  }
+  DdpOptions ddp;
+  ddp.bucket_cap_mb = 1e-4;
+  DistributedReducer reducer(*mlp, group, ddp);
+  torch::Tensor loss = mlp->forward(x).square().sum();
+  reducer.before_backward(0, 1, loss);
+  loss.backward();
+  reducer.finish_update({});
+  const auto params = mlp->parameters();
+  REQUIRE(params.size() == local.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(params[i].grad().defined());
+    CHECK(params[i].grad().device() == gpu);
+    CHECK(torch::equal(params[i].grad().cpu(), local[i]));
+  }
+}
