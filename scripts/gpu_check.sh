@@ -223,6 +223,12 @@ pack_folder() {
     cmake -DFILE="$tmp/bin/$b" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $tmp/bin/$b"
     copy_needed_libs "$build/bin/$b" "$tmp/lib" "$site"
   done
+  # libhetseq (the shared library of the build) as the programs were: stripped, finding its neighbours.
+  for l in "$tmp"/lib/libhetseq.so*; do
+    [ -f "$l" ] || continue
+    strip --strip-unneeded "$l" || die "cannot strip $l"
+    cmake -DFILE="$l" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $l"
+  done
   rm -f "$tmp.rpath.cmake"
   # Each packed library's own needs, until nothing new appears.
   local before=-1

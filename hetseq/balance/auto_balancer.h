@@ -8,7 +8,7 @@
 
 #include "hetseq/balance/cost_window.h"
 #include "hetseq/data/plan_schedule.h"
-#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/distributed/gradient_reducer.h"
 #include "hetseq/train/training_observer.h"
 
 namespace hetseq {

@@ -128,7 +128,10 @@ void copy_file_atomically(const fs::path& from, const fs::path& to, const std::s
                                  std::strerror(errno)));
   }
   try {
-    write_file_atomically(to, [&](FileSink& sink) { sink.append_file(in); }, flag);
+    write_file_atomically(to, [&](FileSink& sink) {
+      sink.append_file(in);
+      pause_save_if_asked(to);  // a test hook; see Note [Save pause]
+    }, flag);
   } catch (...) {
     ::close(in);
     throw;
@@ -186,11 +189,13 @@ void ensure_writable_dir(const fs::path& dir, const std::string& flag) {
 // Tests of what happens while a save is in progress (a kill that must leave the previous checkpoint
 // loadable, a save slower than the collective timeout) need the save to be in progress when they act,
 // whatever the disk's speed or the machine's load; a random delay hits it only by luck. With
-// HETSEQ_TEST_SAVE_PAUSE=FIFO:N in the environment, the process's N-th checkpoint save stops once the
-// temporary file holds all its bytes, before it is synced and renamed over the target (save_checkpoint
-// calls this at the end of its write; the copies to further names are not counted), says so on stderr
-// ("[save-pause] ..."), and waits until someone opens FIFO (a named pipe) for writing and closes it.
-// Every later save goes through. Without the variable this costs one getenv per save.
+// HETSEQ_TEST_SAVE_PAUSE=FIFO:N in the environment, the process's N-th checkpoint file write stops once
+// the temporary file holds all its bytes, before it is synced and renamed over the target, says so on
+// stderr ("[save-pause] ..."), and waits until someone opens FIFO (a named pipe) for writing and closes
+// it. Every file of a save counts: save_checkpoint writes the first name (checkpoint_E_N.pt or
+// checkpointE.pt) and copies it to the others (checkpoint_best.pt, checkpoint_last.pt), so a save of two
+// files is writes 2k-1 and 2k, and a test can hold the very write of checkpoint_last.pt. Every later
+// write goes through. Without the variable this costs one getenv per write.
 void pause_save_if_asked(const fs::path& path) {
   static const char* spec = std::getenv("HETSEQ_TEST_SAVE_PAUSE");
   static int writes = 0;
@@ -200,7 +205,8 @@ void pause_save_if_asked(const fs::path& path) {
   const std::string fifo = colon == std::string::npos ? text : text.substr(0, colon);
   const int nth = colon == std::string::npos ? 1 : std::atoi(text.c_str() + colon + 1);
   if (++writes != nth) return;
-  std::fprintf(stderr, "[save-pause] pid %d: save %d (%s) paused with its bytes written, not yet renamed; open %s "
+  std::fprintf(stderr, "[save-pause] pid %d: checkpoint write %d (%s) paused with its bytes written, not yet "
+               "renamed; open %s "
                "to go on\n",
                static_cast<int>(::getpid()), writes, path.c_str(), fifo.c_str());
   std::fflush(stderr);

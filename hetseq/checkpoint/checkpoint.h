@@ -11,7 +11,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include "hetseq/train/training_state.h"
+#include "hetseq/checkpoint/training_state.h"
 
 namespace hetseq {
 

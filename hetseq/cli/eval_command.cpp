@@ -28,6 +28,7 @@ cxxopts::Options make_eval_parser(const std::optional<std::string>& task) {
 }
 
 int evaluate(int argc, const char* const argv[]) {
+  load_user_dirs(argc, argv);
   cxxopts::Options parser = make_eval_parser(find_task_flag(argc, argv));
   const cxxopts::ParseResult args = parse_command_line(parser, argc, argv);
   if (args.count("help")) {

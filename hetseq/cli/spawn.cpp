@@ -9,6 +9,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/cli/per_rank_flags.h"
 #include "hetseq/distributed/launcher.h"
 #include "hetseq/distributed/rendezvous.h"
 #include "hetseq/distributed/slurm_step.h"
@@ -133,6 +134,30 @@ int64_t usable_cores() {
 
 }  // namespace
 
+std::vector<std::string> worker_command_line(const WorkerFlags& o, int64_t i, const std::string& init_method) {
+  std::vector<std::string> out{o.argv.front()};
+  for (size_t k = 1; k < o.argv.size(); ++k) {
+    const std::string& a = o.argv[k];
+    const std::string name = a.rfind("--", 0) == 0 ? a.substr(2, a.find('=') - 2) : std::string();
+    if (a == "--distributed-no-spawn") continue;  // a switch: no value follows
+    if (launcher_set_flags().count(name)) {
+      if (a.find('=') == std::string::npos) ++k;  // skip its value too
+      continue;
+    }
+    out.push_back(a);
+  }
+  out.insert(out.end(), {"--distributed-no-spawn", "--distributed-world-size", std::to_string(o.world_size),
+                         "--distributed-rank", std::to_string(o.first_rank + i),
+                         "--device-id", std::to_string(i), "--max-sentences",
+                         std::to_string(o.batch_sizes[static_cast<size_t>(i)]), "--distributed-init-method",
+                         init_method});
+  if (!o.balance_caps.empty()) {
+    out.insert(out.end(), {"--balance-cap", std::to_string(o.balance_caps[static_cast<size_t>(i)])});
+  }
+  if (o.intra_op_threads > 0) out.insert(out.end(), {"--intra-op-threads", std::to_string(o.intra_op_threads)});
+  return out;
+}
+
 SpawnPlan plan_for_this_process(const TrainOptions& o) {
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   return plan_spawn(o, process_environment(), visible);
@@ -142,17 +167,23 @@ int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], con
   const int64_t workers = plan.workers;
   log::set_rank(plan.first_rank);  // one launcher logs: the one of rank 0
   log::enable_all_ranks(o.distributed.log_all_ranks);
+  WorkerFlags flags;
+  flags.argv = resolve_aliases(argc, argv);
+  flags.first_rank = plan.first_rank;
+  flags.world_size = plan.world_size;
+  flags.batch_sizes = per_worker("--max-sentences", o.dataset.max_sentences, workers);
+  if (!o.balance.caps.empty()) flags.balance_caps = per_worker("--balance-cap", o.balance.caps, workers);
+  const bool on_cpu = o.common.cpu || !torch::cuda::is_available();
+  const int64_t cores = usable_cores();
+  flags.intra_op_threads = o.common.intra_op_threads > 0 ? o.common.intra_op_threads
+                                                         : (on_cpu ? std::max<int64_t>(1, cores / workers) : 0);
   LaunchOptions launch;
-  launch.argv = resolve_aliases(argc, argv);
   launch.num_workers = workers;
   launch.first_rank = plan.first_rank;
   launch.world_size = plan.world_size;
-  launch.batch_sizes = per_worker("--max-sentences", o.dataset.max_sentences, workers);
-  if (!o.balance.caps.empty()) launch.balance_caps = per_worker("--balance-cap", o.balance.caps, workers);
-  const bool on_cpu = o.common.cpu || !torch::cuda::is_available();
-  const int64_t cores = usable_cores();
-  launch.intra_op_threads = o.common.intra_op_threads > 0 ? o.common.intra_op_threads
-                                                          : (on_cpu ? std::max<int64_t>(1, cores / workers) : 0);
+  launch.command_line = [flags](int64_t i, const std::string& init_method) {
+    return worker_command_line(flags, i, init_method);
+  };
   if (plan.host_store) {
     const InitMethod m = parse_init_method(plan.init_method, {});
     launch.host_tcp_store = true;

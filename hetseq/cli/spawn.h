@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "hetseq/cli/train_options.h"
 
@@ -27,6 +28,21 @@ SpawnPlan plan_spawn(const TrainOptions& options, const std::map<std::string, st
 /// plan_spawn for this process: its environment and the CUDA devices it sees. Called by hetseq-train
 /// before anything else happens.
 SpawnPlan plan_for_this_process(const TrainOptions& options);
+
+/// What a local worker's command line is made from.
+struct WorkerFlags {
+  std::vector<std::string> argv;     // the launcher's command line, argv[0] included, aliases resolved
+  int64_t first_rank = 0;            // global rank of local worker 0
+  int64_t world_size = 1;            // ranks over all nodes
+  std::vector<int64_t> batch_sizes;  // [worker] --max-sentences of each local worker
+  std::vector<int64_t> balance_caps; // [worker] --balance-cap of each local worker (empty: none given)
+  int64_t intra_op_threads = 0;      // per worker; 0 leaves LibTorch's default
+};
+
+/// The command line of local worker `i`: `flags.argv` without the flags the launcher sets
+/// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size
+/// (and --balance-cap) and `init_method`.
+std::vector<std::string> worker_command_line(const WorkerFlags& flags, int64_t i, const std::string& init_method);
 
 /// Starts the `plan.workers` local worker processes of `plan` and waits for them (HetSeq's spawn; see
 /// hetseq/distributed/launcher.h). Returns the exit code of the first worker that failed, else 0.

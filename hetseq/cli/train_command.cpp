@@ -27,6 +27,7 @@ void print_help(const cxxopts::Options& parser) {
 
 // Parse, spawn or join, build, run, leave.
 int train(int argc, const char* const argv[]) {
+  load_user_dirs(argc, argv);
   cxxopts::Options parser = make_train_parser(find_task_flag(argc, argv));
   const cxxopts::ParseResult args = parse_command_line(parser, argc, argv);
   if (args.count("help")) {

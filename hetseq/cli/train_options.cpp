@@ -8,10 +8,11 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/flags.h"
 #include "hetseq/core/parse.h"
-#include "hetseq/distributed/per_rank_flags.h"
+#include "hetseq/cli/per_rank_flags.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/task/task_registry.h"
+#include "hetseq/task/user_dir.h"
 
 namespace hetseq::cli {
 namespace {
@@ -71,6 +72,19 @@ std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
   return std::nullopt;
 }
 
+void load_user_dirs(int argc, const char* const argv[]) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--user-dir") {
+      if (i + 1 >= argc) throw UsageError("--user-dir needs a value: the task library or its folder");
+      load_user_dir(argv[++i]);
+    } else if (a.rfind("--user-dir=", 0) == 0) {
+      load_user_dir(a.substr(11));
+    }
+  }
+  TaskRegistry::global().check_registrations();
+}
+
 std::map<std::string, std::string> task_defaults(const std::optional<std::string>& task) {
   if (task && TaskRegistry::global().contains(*task)) return TaskRegistry::global().get(*task).defaults;
   return {};
@@ -88,6 +102,9 @@ void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>
   parser.add_options()
       ("h,help", "show this help (with --task T, also T's flags and defaults) and exit")
       ("task", "the task to train (see Tasks above)", optional_flag(d, "task"))
+      ("user-dir", "a task library built outside this tree (lib<task>.so, or a folder of them), loaded before "
+                   "--task is looked up; its flags then show with --task NAME --help",
+       cxxopts::value<std::string>(), "PATH")
       ("data", "path of the task's data", optional_flag(d, "data"))
       ("seed", "pseudo random number generator seed", text_flag(d, "seed", "19940802"))
       ("cpu", "use the CPU even when CUDA is available", switch_flag())
@@ -299,7 +316,13 @@ std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser
       if (option.is_boolean) {
         out["--" + name] = args[name].as<bool>() ? "true" : "false";
       } else {
-        out["--" + name] = args.count(name) || option.has_default ? args[name].as<std::string>() : "(not set)";
+        // The text as given (the last time the flag appears) or the default's text: a task may declare a
+        // flag of any value type (cxxopts::value<int64_t>), so the value is never read as a string.
+        std::string text = option.has_default ? option.default_value : "(not set)";
+        for (const auto& given : args.arguments()) {
+          if (given.key() == name) text = given.value();
+        }
+        out["--" + name] = text;
       }
     }
   }

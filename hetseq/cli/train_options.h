@@ -16,7 +16,7 @@
 #include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 
 namespace hetseq::cli {
 
@@ -128,6 +128,10 @@ struct TrainOptions {
 /// The value of --task in `argv`, if any (looked up before the full parse, so that the task's flags
 /// and defaults can be added).
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]);
+
+/// Loads every `--user-dir PATH` of `argv` (see load_user_dir), before the parser is built, so that the
+/// tasks they register have their flags and defaults; then reports a failed in-tree registration.
+void load_user_dirs(int argc, const char* const argv[]);
 
 /// The defaults that the task named by `task` sets for general flags (empty for no or an unknown task).
 std::map<std::string, std::string> task_defaults(const std::optional<std::string>& task);

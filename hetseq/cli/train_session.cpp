@@ -21,9 +21,9 @@
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/progress_observer.h"
 #include "hetseq/train/sample_id_observer.h"
-#include "hetseq/observe/clock_sync.h"
+#include "hetseq/distributed/clock_sync.h"
 #include "hetseq/observe/json_log_sink.h"
-#include "hetseq/observe/rank_summary.h"
+#include "hetseq/balance/rank_summary.h"
 #include "hetseq/observe/tensorboard_sink.h"
 
 namespace hetseq::cli {

@@ -9,14 +9,14 @@
 
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/checkpoint/checkpoint.h"
-#include "hetseq/checkpoint/checkpointer.h"
+#include "hetseq/train/checkpointer.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/data/plan_schedule.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/task/task.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 #include "hetseq/train/training_loop.h"
 #include "hetseq/train/validator.h"
 

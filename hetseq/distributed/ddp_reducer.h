@@ -11,7 +11,7 @@
 #include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/powersgd.h"
 #include "hetseq/distributed/stat_sync.h"
-#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/distributed/gradient_reducer.h"
 
 namespace c10d {
 class Logger;

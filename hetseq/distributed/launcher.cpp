@@ -15,7 +15,6 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
-#include "hetseq/distributed/per_rank_flags.h"
 
 extern char** environ;
 
@@ -26,34 +25,8 @@ int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 
 
 }  // namespace
 
-std::vector<std::string> worker_command_line(const LaunchOptions& o, int64_t i, const std::string& init_method) {
-  std::vector<std::string> out{o.argv.front()};
-  for (size_t k = 1; k < o.argv.size(); ++k) {
-    const std::string& a = o.argv[k];
-    const std::string name = a.rfind("--", 0) == 0 ? a.substr(2, a.find('=') - 2) : std::string();
-    if (a == "--distributed-no-spawn") continue;  // a switch: no value follows
-    if (launcher_set_flags().count(name)) {
-      if (a.find('=') == std::string::npos) ++k;  // skip its value too
-      continue;
-    }
-    out.push_back(a);
-  }
-  out.insert(out.end(), {"--distributed-no-spawn", "--distributed-world-size", std::to_string(o.world_size),
-                         "--distributed-rank", std::to_string(o.first_rank + i),
-                         "--device-id", std::to_string(i), "--max-sentences",
-                         std::to_string(o.batch_sizes[static_cast<size_t>(i)]), "--distributed-init-method",
-                         init_method});
-  if (!o.balance_caps.empty()) {
-    out.insert(out.end(), {"--balance-cap", std::to_string(o.balance_caps[static_cast<size_t>(i)])});
-  }
-  if (o.intra_op_threads > 0) out.insert(out.end(), {"--intra-op-threads", std::to_string(o.intra_op_threads)});
-  return out;
-}
-
 int launch_workers(const LaunchOptions& o) {
-  HETSEQ_ASSERT(static_cast<int64_t>(o.batch_sizes.size()) == o.num_workers, "one batch size per local worker");
-  HETSEQ_ASSERT(o.balance_caps.empty() || static_cast<int64_t>(o.balance_caps.size()) == o.num_workers,
-                "one balance cap per local worker");
+  HETSEQ_ASSERT(o.command_line != nullptr, "a launch without the workers' command line");
   if (o.first_rank + o.num_workers > o.world_size) {
     throw UsageError(fmt::format("--distributed-world-size {} is too small for this node's {} workers from "
                                  "--distributed-rank {}; the world needs at least {} ranks",
@@ -89,7 +62,7 @@ int launch_workers(const LaunchOptions& o) {
 
   std::vector<pid_t> pids;  // [worker]
   for (int64_t i = 0; i < o.num_workers; ++i) {
-    std::vector<std::string> args = worker_command_line(o, i, init_method);
+    std::vector<std::string> args = o.command_line(i, init_method);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

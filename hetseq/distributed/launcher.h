@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,14 +10,13 @@ namespace hetseq {
 
 /// How a node starts its local workers (HetSeq's --distributed-gpus G --distributed-rank R).
 struct LaunchOptions {
-  std::vector<std::string> argv;        // this process's command line, argv[0] included, aliases resolved
   int64_t num_workers = 1;              // G: workers on this node, worker i on device i
   int64_t first_rank = 0;               // R: global rank of worker 0
-  int64_t world_size = 1;               // ranks over all nodes (passed on to every worker)
-  std::string init_method;              // --distributed-init-method the workers use (a tcp:// port 0 is resolved)
-  std::vector<int64_t> batch_sizes;     // [worker] --max-sentences of each local worker
-  std::vector<int64_t> balance_caps;    // [worker] --balance-cap of each local worker (empty: none given)
-  int64_t intra_op_threads = 0;         // per worker; 0 leaves LibTorch's default
+  int64_t world_size = 1;               // ranks over all nodes
+  std::string init_method;              // the init method the workers use (a tcp:// port 0 is resolved)
+  /// The command line of local worker `i` that joins through `init_method` (the resolved one). The
+  /// program that launches knows its flags; the launcher knows none (cli/spawn.h: worker_command_line).
+  std::function<std::vector<std::string>(int64_t i, const std::string& init_method)> command_line;
   /// When this node holds rank 0 and the init method is tcp://HOST:PORT, the launcher hosts the TCP
   /// store itself (so PORT may be 0: it reads back the port it got and tells its workers).
   bool host_tcp_store = false;
@@ -35,11 +35,6 @@ inline constexpr const char* kLauncherPidEnv = "HETSEQ_LAUNCHER_PID";
 
 /// Environment variable the launcher sets for its workers when it hosts the TCP store.
 inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
-
-/// The command line of local worker `i`: `argv` without the flags the launcher sets
-/// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size
-/// (and --balance-cap) and init method.
-std::vector<std::string> worker_command_line(const LaunchOptions& options, int64_t i, const std::string& init_method);
 
 /// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits
 /// for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the

@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 
 namespace hetseq {
 

@@ -10,9 +10,17 @@
 
 #include <c10/core/Device.h>
 
-#include "hetseq/observe/clock_sync.h"
-
 namespace hetseq {
+
+/// One instant that every rank takes as time 0 of its trace, and what each rank's system clock read
+/// then. See Note [Tracing], "One clock".
+struct ClockAlignment {
+  std::chrono::steady_clock::time_point zero = std::chrono::steady_clock::now();
+  int64_t system_us = 0;                  // this rank's system clock at `zero`, microseconds since 1970
+  std::vector<int64_t> offsets_us;        // [rank] its system clock minus rank 0's, at `zero`
+  int64_t spread_us = 0;                  // how far apart the ranks can have taken `zero` (the last round trip)
+};
+
 
 /// The rows of a rank's timeline: the training thread, the device (CUDA events), and one row per
 /// gradient bucket's allreduce (kBucketTrack + bucket index), because several run at once.

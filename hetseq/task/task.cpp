@@ -60,9 +60,18 @@ bool add_to_host(LogSums& sums, const LogTensors& tensors) {
   return true;
 }
 
+LogTensors logged_tensors(const StepOutput& step) {
+  if (!step.loss.defined() || step.log.count("loss") > 0 || step.log_tensors.count("loss") > 0) {
+    return step.log_tensors;
+  }
+  LogTensors tensors = step.log_tensors;
+  tensors.emplace("loss", step.loss.detach());
+  return tensors;
+}
+
 LogSums host_log(const StepOutput& step) {
   LogSums sums = step.log;
-  add_to_host(sums, step.log_tensors);
+  add_to_host(sums, logged_tensors(step));
   return sums;
 }
 

@@ -49,9 +49,15 @@ struct StepOutput {
   double sample_size = 0;
   /// Sums known on the host without the device (counts from the batch).
   LogSums log;
-  /// Sums computed on the device (see LogTensors). A name is in `log` or here, not in both.
+  /// Sums computed on the device (see LogTensors). A name is in `log` or here, not in both. A task that
+  /// reports no `loss` of its own has `loss` itself logged (see logged_tensors); `nsentences` and
+  /// `ntokens` default to `sample_size`.
   LogTensors log_tensors;
 };
+
+/// What the Controller and the Validator add up for `step`: its log_tensors, plus `loss` (the step's
+/// loss, detached) when the task put no `loss` in `log` or `log_tensors`.
+LogTensors logged_tensors(const StepOutput& step);
 
 /// All of a step's sums on the host (`log` and `log_tensors`, read with one copy), for tests and tools
 /// that look at one step.
@@ -78,8 +84,9 @@ class Task {
   virtual std::shared_ptr<Dataset> load_dataset(const std::string& split) = 0;
 
   /// Forward pass and loss on one batch (already on the task's device). `model` is what build_model
-  /// returned. Must not call backward. The Controller never passes an empty batch (it runs empty
-  /// micro-batches itself and skips empty validation batches; see Note [Empty micro-batches]).
+  /// returned. Must not call backward. The Controller and the Validator never pass an empty batch to
+  /// it (they run empty micro-batches themselves and skip empty validation batches; see Note [Empty
+  /// micro-batches]), but a Dataset's collate may be asked for an empty batch at an epoch's uneven end.
   virtual StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) = 0;
 
   /// The backward pass of a train step, as the Controller runs it: it scales `step.loss` (--fp16, see

@@ -25,6 +25,32 @@ const TaskSpec& TaskRegistry::get(const std::string& name) const {
   return it->second;
 }
 
+std::vector<std::string> TaskRegistry::take_registration_errors() {
+  std::vector<std::string> out;
+  out.swap(registration_errors_);
+  return out;
+}
+
+void TaskRegistry::check_registrations() {
+  const std::vector<std::string> errors = take_registration_errors();
+  if (!errors.empty()) throw InternalError(errors.front());
+}
+
+namespace detail {
+
+TaskRegistration::TaskRegistration(TaskSpec (*make_spec)()) noexcept {
+  TaskRegistry& registry = TaskRegistry::global();
+  try {
+    registry.add(make_spec());
+  } catch (const std::exception& e) {
+    registry.registration_errors_.push_back(e.what());
+  } catch (...) {
+    registry.registration_errors_.push_back("a task's registration threw a non-standard exception");
+  }
+}
+
+}  // namespace detail
+
 bool TaskRegistry::contains(const std::string& name) const { return specs_.count(name) != 0; }
 
 std::vector<std::string> TaskRegistry::names() const {

@@ -12,6 +12,10 @@
 
 namespace hetseq {
 
+namespace detail {
+struct TaskRegistration;
+}  // namespace detail
+
 /// How a task presents itself to the driver.
 struct TaskSpec {
   std::string name;         // the value of --task
@@ -36,13 +40,25 @@ class TaskRegistry {
   bool contains(const std::string& name) const;
   std::vector<std::string> names() const;
 
+  /// Registrations that failed at static-initialisation time (a name taken twice, a throwing spec), as
+  /// one message each, and forgets them. Nothing may throw out of a static initialiser (least of all out
+  /// of a library being dlopen'ed by --user-dir), so HETSEQ_REGISTER_TASK records the failure here and
+  /// the driver reports it.
+  std::vector<std::string> take_registration_errors();
+
+  /// Throws hetseq::InternalError with the first failed registration (see take_registration_errors).
+  void check_registrations();
+
  private:
+  friend struct detail::TaskRegistration;
   std::map<std::string, TaskSpec> specs_;
+  std::vector<std::string> registration_errors_;
 };
 
 namespace detail {
 struct TaskRegistration {
-  explicit TaskRegistration(TaskSpec (*make_spec)()) { TaskRegistry::global().add(make_spec()); }
+  /// Adds `make_spec()` to the global registry; never throws (see take_registration_errors).
+  explicit TaskRegistration(TaskSpec (*make_spec)()) noexcept;
 };
 }  // namespace detail
 

@@ -127,7 +127,7 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
       if (name != "sample_size") into[name] += value;
     }
     into["sample_size"] += step.sample_size;
-    if (into_tensors != nullptr) add_log_tensors(*into_tensors, step.log_tensors);
+    if (into_tensors != nullptr) add_log_tensors(*into_tensors, logged_tensors(step));
   };
   // The device's sums of the whole update, read once at the last backward.
   LogSums device_sums;

@@ -11,12 +11,12 @@
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/task/task.h"
 #include "hetseq/observe/tracer.h"
-#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/distributed/gradient_reducer.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
 #include "hetseq/train/precision.h"
-#include "hetseq/train/progress.h"
-#include "hetseq/train/training_state.h"
+#include "hetseq/observe/progress.h"
+#include "hetseq/checkpoint/training_state.h"
 
 namespace hetseq {
 

@@ -1,7 +1,7 @@
 #pragma once
 
 #include "hetseq/train/controller.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 #include "hetseq/train/training_observer.h"
 
 namespace hetseq {

@@ -140,10 +140,14 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   for (const auto& o : observers_) o->on_epoch_end(epoch, stats);
   if (stream_->end_of_epoch()) return true;
   // Stopped inside the epoch (--max-update, or a stop signal): a checkpoint to continue from. A stop
-  // does not validate first: the supervisor's grace period is short (Note [Clean stops]).
-  if (ck && ck->enabled() && !ck->saved_at(controller.num_updates())) {
-    save(epoch, false, stream_->position(), stopping_ ? std::nullopt : validate(epoch).metric);
-  }
+  // does not validate first: the supervisor's grace period is short (Note [Clean stops]). A run that
+  // reached --max-update validates its last update, with or without a save (--no-save), unless an
+  // interval save at this very update already did.
+  const bool saved_here = ck && ck->enabled() && ck->saved_at(controller.num_updates());
+  if (saved_here) return false;
+  std::optional<double> metric;
+  if (!stopping_) metric = validate(epoch).metric;
+  if (ck && ck->enabled()) save(epoch, false, stream_->position(), metric);
   return false;
 }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hetseq/checkpoint/checkpointer.h"
+#include "hetseq/train/checkpointer.h"
 #include "hetseq/data/batch_loader.h"
 #include "hetseq/data/plan_schedule.h"
 #include "hetseq/observe/tracer.h"

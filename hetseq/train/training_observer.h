@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "hetseq/train/controller.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 
 namespace hetseq {
 

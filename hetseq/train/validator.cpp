@@ -28,7 +28,7 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
       StepOutput out = task_.valid_step(model, batch.to(options_.device));
       out.log["sample_size"] = out.sample_size;
       for (const auto& [k, v] : out.log) local[k] += v;
-      add_log_tensors(on_device, out.log_tensors);
+      add_log_tensors(on_device, logged_tensors(out));
     }
   }
   add_to_host(local, on_device);

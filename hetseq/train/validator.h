@@ -9,9 +9,9 @@
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/dataset.h"
 #include "hetseq/task/task.h"
-#include "hetseq/train/gradient_reducer.h"
+#include "hetseq/distributed/gradient_reducer.h"
 #include "hetseq/train/precision.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 
 namespace hetseq {
 

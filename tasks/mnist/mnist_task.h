@@ -47,8 +47,8 @@ class MnistTask : public Task {
   /// Loads `train` or `test` (see find_split_files), normalised with the train split's pixel statistics.
   std::shared_ptr<Dataset> load_dataset(const std::string& split) override;
 
-  /// `model` must be an MnistNetImpl. An empty batch gives a zero loss that still depends on every parameter,
-  /// so that backward gives (zero) gradients and a rank without samples takes part in the gradient reduction.
+  /// `model` must be an MnistNetImpl; `batch` is never empty (see Task::compute_loss). The loss is summed over
+  /// the batch, `loss`, `nll_loss` and `ncorrect` stay on the device.
   StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override;
 
   /// `accuracy` = 100 * ncorrect / nsentences, when nsentences > 0.

@@ -124,15 +124,23 @@ TEST_CASE("a process killed while saving always leaves a loadable checkpoint_las
   const auto args = with(mnist_train_args(dir.path(), save_dir),
                          {"--max-sentences", "32", "--save-interval-updates", "1", "--disable-validation", "--max-epoch",
                           "1000", "--log-format", "none"});
-  // Each run saves after every update; its third save is held with all its bytes in the temporary file
-  // and not yet renamed (Note [Save pause]), and the run is killed there: always inside a save.
+  // Each run saves after every update, two files a save: checkpoint_E_N.pt (or checkpointE.pt), then its
+  // copy to checkpoint_last.pt. The third save is held with all its bytes in a temporary file not yet
+  // renamed (Note [Save pause]), and the run is killed there: always inside a save, and every other run
+  // inside the write of checkpoint_last.pt itself (write 6), the file the next run resumes from.
   int64_t previous = 0;
   for (int kill = 0; kill < 6; ++kill) {
     CAPTURE(kill);
     const SavePause pause(dir / ("pause-" + std::to_string(kill)));
-    Process p(args, {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(3)}});
+    const bool last_file = kill % 2 == 1;
+    Process p(args, {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(last_file ? 6 : 5)}});
     REQUIRE(p.wait_for_err("[save-pause]", 120s));
-    CHECK_THAT(p.err_so_far(), Contains("save 3 (" + save_dir + "/checkpoint_"));
+    if (last_file) {
+      CHECK_THAT(p.err_so_far(), Contains("checkpoint write 6 (" + save_dir + "/checkpoint_last.pt)"));
+    } else {
+      CHECK_THAT(p.err_so_far(), Contains("checkpoint write 5 (" + save_dir + "/checkpoint") &&
+                                     !Contains("checkpoint_last.pt) paused"));
+    }
     p.kill();
     p.wait(30s);
     bool interrupted = false;  // this run's temporary file, never renamed

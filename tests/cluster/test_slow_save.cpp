@@ -74,13 +74,14 @@ TEST_CASE("a checkpoint save blocked three times longer than --distributed-timeo
   const ProcessResult straight = run_process(node(dir / "straight", "straight"), 300s);
   require_success(straight, "run on the normal disk");
 
-  // Rank 0's second save (update 8) is held with its bytes written (Note [Save pause]); the disk is
+  // Rank 0's second save (update 8; its third file write, after checkpoint_1_4.pt and its copy to
+  // checkpoint_last.pt) is held with its bytes written (Note [Save pause]); the disk is
   // frozen, and only then is the save let go, into a rename that blocks in the kernel until the thaw:
   // the save is stalled for the whole freeze by construction, whatever the disk's speed or the load.
   const SavePause pause(dir / "pause");
-  Process run(node(dir / "disk/save", "frozen"), {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(2)}});
+  Process run(node(dir / "disk/save", "frozen"), {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(3)}});
   REQUIRE(run.wait_for_err("[save-pause]", 120s));
-  CHECK_THAT(run.err_so_far(), Catch::Contains("save 2 (" + (dir / "disk/save/checkpoint_")));
+  CHECK_THAT(run.err_so_far(), Catch::Contains("checkpoint write 3 (" + (dir / "disk/save/checkpoint_1_8.pt)")));
   // The freeze lifts itself after kFrozen seconds even if this test dies in between.
   Process freezer({"/bin/sh", "-c",
                    "fsfreeze -f '" + (dir / "disk") + "' && echo frozen >&2 && sleep " + std::to_string(kFrozen) +

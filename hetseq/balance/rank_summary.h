@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "hetseq/balance/auto_balancer.h"
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 #include "hetseq/train/training_observer.h"
 
 namespace hetseq {

@@ -1,4 +1,4 @@
-#include "hetseq/checkpoint/checkpointer.h"
+#include "hetseq/train/checkpointer.h"
 
 #include "hetseq/core/logging.h"
 

@@ -1,4 +1,4 @@
-#include "hetseq/observe/rank_summary.h"
+#include "hetseq/balance/rank_summary.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/per_rank_flags.h"
+#include "hetseq/cli/per_rank_flags.h"
 
 namespace hetseq {
 
@@ -11,7 +11,7 @@ const std::set<std::string>& per_rank_flags() {
       "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
       "distributed-world-size", "distributed-timeout", "rendezvous-timeout", "checkpoint-timeout",
       // paths that differ by mount point (the data's sizes and the restored state are compared instead)
-      "data", "save-dir", "restore-file", "dump-sample-ids", "trace-dir", "tensorboard-logdir", "json-log",
+      "data", "save-dir", "restore-file", "dump-sample-ids", "trace-dir", "tensorboard-logdir", "json-log", "user-dir",
       // how it reports (whether a run traces is compared as resolved: the ranks align clocks together)
       "log-format", "log-interval", "no-progress-bar", "log-all-ranks", "trace-ops", "help"};
   return flags;

@@ -1,4 +1,4 @@
-#include "hetseq/observe/clock_sync.h"
+#include "hetseq/distributed/clock_sync.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "hetseq/train/progress.h"
+#include "hetseq/observe/progress.h"
 
 #include <nlohmann/json.hpp>
 #include "hetseq/core/format.h"

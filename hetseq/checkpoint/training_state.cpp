@@ -1,4 +1,4 @@
-#include "hetseq/train/training_state.h"
+#include "hetseq/checkpoint/training_state.h"
 
 namespace hetseq {
 
