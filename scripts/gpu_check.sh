@@ -223,19 +223,20 @@ pack_folder() {
     cmake -DFILE="$tmp/bin/$b" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $tmp/bin/$b"
     copy_needed_libs "$build/bin/$b" "$tmp/lib" "$site"
   done
-  # libhetseq (the shared library of the build) as the programs were: stripped, finding its neighbours.
-  for l in "$tmp"/lib/libhetseq.so*; do
-    [ -f "$l" ] || continue
-    strip --strip-unneeded "$l" || die "cannot strip $l"
-    cmake -DFILE="$l" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $l"
-  done
-  rm -f "$tmp.rpath.cmake"
   # Each packed library's own needs, until nothing new appears.
   local before=-1
   while [ "$before" -ne "$(ls "$tmp/lib" | wc -l)" ]; do
     before="$(ls "$tmp/lib" | wc -l)"
     for l in "$tmp/lib"/*; do copy_needed_libs "$l" "$tmp/lib" "$site"; done
   done
+  # libhetseq (the build's shared library) as the programs were: stripped, finding its neighbours; after
+  # the loop above, which resolves its needs through the RUNPATH it was built with.
+  for l in "$tmp"/lib/libhetseq.so*; do
+    [ -f "$l" ] || continue
+    strip --strip-unneeded "$l" || die "cannot strip $l"
+    cmake -DFILE="$l" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $l"
+  done
+  rm -f "$tmp.rpath.cmake"
   # The source tree as git sees it (tracked and untracked files, not ignored ones), without images.
   (cd "$root" && git ls-files -co --exclude-standard -z | grep -zv '\.png$' | xargs -0 cp --parents -t "$tmp/src") ||
     die "cannot copy the source tree of $root"

@@ -11,10 +11,14 @@ code=0
 ctest --output-on-failure --timeout 600 -j "${HETSEQ_TEST_JOBS:-2}" "$@" || code=$?
 log="$build/Testing/Temporary/LastTest.log"
 if [ -f "$log" ]; then
-  partial="$(awk '/: warning:$/ {w = 1; next} w && /^  [^ ]/ {sub(/^  /, ""); print; next} {w = 0}' "$log" |
-             sort | uniq -c | sort -rn)"
+  # Catch2 prints "FILE:LINE: warning:" (or "warning:" on a line of its own), then the message indented
+  # by two spaces over one or more lines, then a blank line.
+  partial="$(awk 'function flush() { if (msg != "") print msg; msg = ""; w = 0 }
+                  /(^|: )warning:$/ {flush(); w = 1; next}
+                  w && /^  [^ ]/ {sub(/^  /, ""); msg = msg (msg == "" ? "" : " ") $0; next}
+                  {flush()} END {flush()}' "$log" | sort | uniq -c | sort -rn)"
   if [ -n "$partial" ]; then
-    echo "[test] not run in full here (each test's WARN, with how many tests said it):"
+    echo "[test] not run in full here (the tests' WARN lines, with how often each was printed):"
     echo "$partial"
   fi
 fi

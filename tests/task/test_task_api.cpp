@@ -129,7 +129,7 @@ TEST_CASE("A registration that fails is reported, not thrown out of a static ini
   CHECK(registry.get("mnist").description != "a second mnist");
 }
 
-TEST_CASE("--user-dir names the path and the loader's reason when it cannot load a task library", "[task][cli]") {
+TEST_CASE("A task library that cannot load: --user-dir names the path and the loader's reason", "[task][cli]") {
   test::TempDir dir;
   CHECK_THAT(test::error_of<UsageError>([&] { load_user_dir(dir.path() + "/nothing-here.so"); }),
              Contains("--user-dir " + dir.path() + "/nothing-here.so: no such file or folder"));
