@@ -28,7 +28,7 @@ void read_command_line(const std::vector<const char*>& argv) {
     HETSEQ_ASSERT(!parser.help().empty(), "hetseq-train --help printed nothing");
     return;
   }
-  const cli::TrainOptions o = cli::read_train_options(args);
+  const hetseq::TrainOptions o = cli::read_train_options(args);
   HETSEQ_ASSERT(!o.common.task.empty() && !o.dataset.max_sentences.empty() && !o.optimization.update_freq.empty() &&
                     !o.optimization.lr.empty() && o.dataset.valid_subsets.size() >= 1,
                 "read_train_options accepted empty --task, --max-sentences, --update-freq, --lr or --valid-subset");

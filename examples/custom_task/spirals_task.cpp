@@ -45,13 +45,12 @@ class SpiralsTask : public hetseq::ModelTask<torch::nn::SequentialImpl> {
 
 hetseq::TaskSpec spirals_spec() {
   hetseq::TaskSpec spec{"spirals", "two interleaved spirals, a 2-class MLP (examples/custom_task)"};
-  spec.add_options = [](cxxopts::Options& options) {
-    options.add_options("spirals task")("hidden", "hidden units", cxxopts::value<int64_t>()->default_value("32"), "N")(
-        "points", "points per split", cxxopts::value<int64_t>()->default_value("2000"), "N");
+  spec.flags = [](hetseq::FlagSet& flags) {
+    flags.add("hidden", "hidden units", "32", "N").add("points", "points per split", "2000", "N");
   };
   spec.defaults = {{"optimizer", "adam"}, {"lr", "0.03"}, {"data", "-"}};
-  spec.create = [](const cxxopts::ParseResult& args, const hetseq::TaskContext&) {
-    return std::make_unique<SpiralsTask>(args["hidden"].as<int64_t>(), args["points"].as<int64_t>());
+  spec.create = [](const hetseq::FlagValues& args, const hetseq::TaskContext&) {
+    return std::make_unique<SpiralsTask>(args.integer("hidden"), args.integer("points"));
   };
   return spec;
 }

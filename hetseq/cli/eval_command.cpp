@@ -4,7 +4,7 @@
 #include "hetseq/cli/train_command.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
-#include "hetseq/core/flags.h"
+#include "hetseq/cli/flags.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/task/task_registry.h"
@@ -23,7 +23,7 @@ cxxopts::Options make_eval_parser(const std::optional<std::string>& task) {
       ("valid-subset", "comma-separated splits to evaluate", text_flag(d, "valid-subset", "valid"))
       ("max-sentences", "samples per batch", text_flag(d, "max-sentences", "256"))
       ("num-workers", "background threads that build batches", text_flag(d, "num-workers", "1"));
-  for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
+  add_task_flags(parser);
   return parser;
 }
 
@@ -51,7 +51,7 @@ int evaluate(int argc, const char* const argv[]) {
   TaskContext context;
   context.device = vopts.device;
   context.seed = common.seed;
-  std::unique_ptr<Task> task = TaskRegistry::global().get(common.task).create(args, context);
+  std::unique_ptr<Task> task = TaskRegistry::global().get(common.task).create(flag_values(args), context);
   std::shared_ptr<torch::nn::Module> model = task->build_model();
   load_model(*model, args["path"].as<std::string>());
   model->to(vopts.device);

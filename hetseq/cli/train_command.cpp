@@ -5,7 +5,7 @@
 
 #include "hetseq/cli/spawn.h"
 #include "hetseq/cli/train_options.h"
-#include "hetseq/cli/train_session.h"
+#include "hetseq/session/train_session.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
@@ -43,7 +43,7 @@ int train(int argc, const char* const argv[]) {
   log::set_rank(world.rank());
   log::enable_all_ranks(o.distributed.log_all_ranks);
   if (o.common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(o.common.intra_op_threads));
-  TrainSession session(o, parser, args, world);
+  TrainSession session(o, compared_flags(parser, args), flag_values(args), world);
   stop_request::install();  // from here on a signal is a clean stop: Note [Clean stops]
   session.run();
   const int code = session.stopped() ? kExitStopped : kExitDone;

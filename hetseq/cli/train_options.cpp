@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
-#include "hetseq/core/flags.h"
+#include "hetseq/cli/flags.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/cli/per_rank_flags.h"
 #include "hetseq/observe/tracer.h"
@@ -57,10 +58,6 @@ std::vector<std::string> split_names(const std::string& flag_name, const std::st
     start = comma + 1;
   }
   return out;
-}
-
-int64_t MixedPrecisionOptions::default_scale_window(int64_t micro_batches_per_update) {
-  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, micro_batches_per_update));
 }
 
 std::optional<std::string> find_task_flag(int argc, const char* const argv[]) {
@@ -167,8 +164,11 @@ void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::s
       ("force-anneal", "force annealing at this epoch (alias --fa)", optional_flag(d, "force-anneal"))
       ("warmup-updates", "warm the learning rate up linearly over the first N updates",
        text_flag(d, "warmup-updates", "0"));
-  optim::optimizers().add_options(parser, d);
-  optim::lr_schedulers().add_options(parser, d);
+  FlagSet optimizer_flags("Optimizer"), schedule_flags("Learning rate scheduler");
+  optim::optimizers().declare_flags(optimizer_flags);
+  optim::lr_schedulers().declare_flags(schedule_flags);
+  add_flag_set(parser, optimizer_flags, d);
+  add_flag_set(parser, schedule_flags, d);
 }
 
 void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
@@ -275,8 +275,46 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
                    add_distributed_flags, add_balance_flags, add_checkpoint_flags, add_observe_flags}) {
     add(parser, task);
   }
-  for (const auto& name : TaskRegistry::global().names()) TaskRegistry::global().get(name).add_options(parser);
+  add_task_flags(parser);
   return parser;
+}
+
+void add_flag_set(cxxopts::Options& parser, const FlagSet& flags, const DefaultOf& default_of,
+                  std::set<std::string>* declared) {
+  auto add = parser.add_options(flags.group());
+  for (const FlagSpec& f : flags.flags()) {
+    if (declared != nullptr && !declared->insert(f.name).second) continue;
+    const std::optional<std::string> task_default = default_of ? default_of(f.name) : std::nullopt;
+    const std::optional<std::string> text = task_default ? task_default : f.default_text;
+    if (f.is_switch) {
+      add(f.name, f.help, switch_flag());
+    } else if (text) {
+      add(f.name, f.help, cxxopts::value<std::string>()->default_value(*text), f.value_name);
+    } else {
+      add(f.name, f.help, cxxopts::value<std::string>(), f.value_name);
+    }
+  }
+}
+
+void add_task_flags(cxxopts::Options& parser) {
+  std::set<std::string> declared;  // a flag two tasks declare is declared once
+  for (const auto& name : TaskRegistry::global().names()) {
+    const TaskSpec& spec = TaskRegistry::global().get(name);
+    if (!spec.flags) continue;
+    FlagSet set(spec.group());
+    spec.flags(set);
+    add_flag_set(parser, set, nullptr, &declared);
+  }
+}
+
+FlagValues flag_values(const cxxopts::ParseResult& args) {
+  // What cxxopts defaulted, then what was given (the last time a flag appears), as text: a flag may be
+  // declared with any value type (cxxopts::value<int64_t>), so the value is never read back as a string;
+  // a switch given reads "true".
+  std::map<std::string, std::string> texts;
+  for (const auto& defaulted : args.defaults()) texts[defaulted.key()] = defaulted.value();
+  for (const auto& given : args.arguments()) texts[given.key()] = given.value();
+  return FlagValues(std::move(texts));
 }
 
 std::vector<std::string> resolve_aliases(int argc, const char* const argv[]) {
@@ -308,22 +346,13 @@ cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, cons
 }
 
 std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser, const cxxopts::ParseResult& args) {
+  const FlagValues values = flag_values(args);
   std::map<std::string, std::string> out;
   for (const auto& group : parser.groups()) {
     for (const auto& option : parser.group_help(group).options) {
       const std::string& name = option.l.empty() ? option.s : option.l.front();
       if (per_rank_flags().count(name)) continue;
-      if (option.is_boolean) {
-        out["--" + name] = args[name].as<bool>() ? "true" : "false";
-      } else {
-        // The text as given (the last time the flag appears) or the default's text: a task may declare a
-        // flag of any value type (cxxopts::value<int64_t>), so the value is never read as a string.
-        std::string text = option.has_default ? option.default_value : "(not set)";
-        for (const auto& given : args.arguments()) {
-          if (given.key() == name) text = given.value();
-        }
-        out["--" + name] = text;
-      }
+      out["--" + name] = values.text_or(name, "(not set)");
     }
   }
   return out;
@@ -412,13 +441,14 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
   common.weight_decay = flag_number(args, "weight-decay");
   common.warmup_updates = non_negative(args, "warmup-updates");
   if (flag_set(args, "force-anneal")) common.force_anneal = positive(args, "force-anneal");
+  const FlagValues values = flag_values(args);
   p.optimizer = str(args, "optimizer");
-  p.make_optimizer = optim::optimizers().get(p.optimizer).configure(args, common);
+  p.make_optimizer = optim::optimizers().get(p.optimizer).configure(values, common);
   p.lr_scheduler = str(args, "lr_scheduler");
-  p.make_lr_scheduler = optim::lr_schedulers().get(p.lr_scheduler).configure(args, common);
+  p.make_lr_scheduler = optim::lr_schedulers().get(p.lr_scheduler).configure(values, common);
   // A malformed value is an error even for a flag of another optimizer or schedule than the one chosen.
-  for (const auto& name : optim::optimizers().names()) optim::optimizers().get(name).configure(args, common);
-  for (const auto& name : optim::lr_schedulers().names()) optim::lr_schedulers().get(name).configure(args, common);
+  for (const auto& name : optim::optimizers().names()) optim::optimizers().get(name).configure(values, common);
+  for (const auto& name : optim::lr_schedulers().names()) optim::lr_schedulers().get(name).configure(values, common);
   return p;
 }
 

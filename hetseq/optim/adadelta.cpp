@@ -72,18 +72,17 @@ void Adadelta::set_hyperparameter(const std::string& name, double value) {
 OptimizerSpec adadelta_spec() {
   OptimizerSpec spec;
   spec.name = "adadelta";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Optimizer")
-        ("adadelta_rho", "rho of Adadelta", text_flag(d, "adadelta_rho", "0.9"))
-        ("adadelta_eps", "epsilon of Adadelta", text_flag(d, "adadelta_eps", "1e-6"))
-        ("adadelta_weight_decay", "L2 weight decay of Adadelta", text_flag(d, "adadelta_weight_decay", "0"));
+  spec.flags = [](FlagSet& flags) {
+    flags.add("adadelta_rho", "rho of Adadelta", "0.9", "RHO")
+        .add("adadelta_eps", "epsilon of Adadelta", "1e-6", "EPS")
+        .add("adadelta_weight_decay", "L2 weight decay of Adadelta", "0", "WD");
   };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
     AdadeltaOptions o;
     o.lr = common.lrs.front();
-    o.rho = flag_number(args, "adadelta_rho");
-    o.eps = flag_number(args, "adadelta_eps");
-    o.weight_decay = flag_number(args, "adadelta_weight_decay");
+    o.rho = args.number("adadelta_rho");
+    o.eps = args.number("adadelta_eps");
+    o.weight_decay = args.number("adadelta_weight_decay");
     return [o](std::vector<torch::Tensor> params) { return std::make_unique<Adadelta>(std::move(params), o); };
   };
   return spec;

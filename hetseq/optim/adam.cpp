@@ -81,13 +81,12 @@ void Adam::set_hyperparameter(const std::string& name, double value) {
 OptimizerSpec adam_spec() {
   OptimizerSpec spec;
   spec.name = "adam";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Optimizer")
-        ("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", text_flag(d, "adam-betas", "(0.9, 0.999)"))
-        ("adam-eps", "epsilon of Adam", text_flag(d, "adam-eps", "1e-8"));
+  spec.flags = [](FlagSet& flags) {
+    flags.add("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", "(0.9, 0.999)", "B1,B2")
+        .add("adam-eps", "epsilon of Adam", "1e-8", "EPS");
   };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
-    const auto betas = parse_double_list("--adam-betas", args["adam-betas"].as<std::string>());
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
+    const auto betas = parse_double_list("--adam-betas", args.text("adam-betas"));
     if (betas.size() != 2) {
       throw UsageError(fmt::format("--adam-betas: expected two values like '(0.9, 0.999)', got {}", betas.size()));
     }
@@ -95,7 +94,7 @@ OptimizerSpec adam_spec() {
     o.lr = common.lrs.front();
     o.beta1 = betas[0];
     o.beta2 = betas[1];
-    o.eps = flag_number(args, "adam-eps");
+    o.eps = args.number("adam-eps");
     o.weight_decay = common.weight_decay;
     return [o](std::vector<torch::Tensor> params) { return std::make_unique<Adam>(std::move(params), o); };
   };

@@ -67,15 +67,14 @@ double Fixed::step_update(int64_t num_updates) {
 LrSchedulerSpec fixed_spec() {
   LrSchedulerSpec spec;
   spec.name = "fixed";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Learning rate scheduler")
-        ("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", text_flag(d, "lr-shrink", "0.1"));
+  spec.flags = [](FlagSet& flags) {
+    flags.add("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", "0.1", "F");
   };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
     FixedOptions o;
     o.lrs = common.lrs;
     o.force_anneal = common.force_anneal;
-    o.lr_shrink = flag_number(args, "lr-shrink");
+    o.lr_shrink = args.number("lr-shrink");
     o.warmup_updates = common.warmup_updates;
     return [o](Optimizer& optimizer) { return std::make_unique<Fixed>(optimizer, o); };
   };

@@ -55,15 +55,14 @@ double InverseSqrt::step_update(int64_t num_updates) {
 LrSchedulerSpec inverse_sqrt_spec() {
   LrSchedulerSpec spec;
   spec.name = "inverse_sqrt";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Learning rate scheduler")
-        ("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", optional_flag(d, "warmup-init-lr"));
+  spec.flags = [](FlagSet& flags) {
+    flags.add_optional("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", "LR");
   };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
     InverseSqrtOptions o;
     o.lrs = common.lrs;
     o.warmup_updates = common.warmup_updates;
-    if (flag_set(args, "warmup-init-lr")) o.warmup_init_lr = flag_number(args, "warmup-init-lr");
+    if (args.has("warmup-init-lr")) o.warmup_init_lr = args.number("warmup-init-lr");
     return [o](Optimizer& optimizer) { return std::make_unique<InverseSqrt>(optimizer, o); };
   };
   return spec;

@@ -80,21 +80,19 @@ double PolynomialDecay::step_update(int64_t num_updates) {
 LrSchedulerSpec polynomial_decay_spec() {
   LrSchedulerSpec spec;
   spec.name = "PolynomialDecayScheduler";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Learning rate scheduler")
-        ("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", text_flag(d, "end-learning-rate", "0"))
-        ("power", "decay power (PolynomialDecayScheduler)", text_flag(d, "power", "1"))
-        ("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)",
-         text_flag(d, "total-num-update", "1000000"));
+  spec.flags = [](FlagSet& flags) {
+    flags.add("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", "0", "LR")
+        .add("power", "decay power (PolynomialDecayScheduler)", "1", "P")
+        .add("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)", "1000000", "N");
   };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
     PolynomialDecayOptions o;
     o.lrs = common.lrs;
     o.warmup_updates = common.warmup_updates;
     o.force_anneal = common.force_anneal;
-    o.end_learning_rate = flag_number(args, "end-learning-rate");
-    o.power = flag_number(args, "power");
-    o.total_num_update = flag_integer(args, "total-num-update");
+    o.end_learning_rate = args.number("end-learning-rate");
+    o.power = args.number("power");
+    o.total_num_update = args.integer("total-num-update");
     if (o.total_num_update <= 0) {
       throw UsageError(fmt::format("--total-num-update: {} must be a positive integer", o.total_num_update));
     }

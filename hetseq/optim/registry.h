@@ -7,10 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <cxxopts.hpp>
 #include <torch/types.h>
 
-#include "hetseq/core/flags.h"
+#include "hetseq/core/flag_set.h"
 #include "hetseq/optim/lr_scheduler.h"
 #include "hetseq/optim/optimizer.h"
 
@@ -36,15 +35,15 @@ struct CommonOptimFlags {
 /// before any work starts, and returns the factory used once the model exists.
 struct OptimizerSpec {
   std::string name;
-  std::function<void(cxxopts::Options&, const DefaultOf&)> add_options;  // its flags, in the "Optimizer" group
-  std::function<OptimizerFactory(const cxxopts::ParseResult&, const CommonOptimFlags&)> configure;
+  std::function<void(FlagSet&)> flags;  // its flags (the driver shows them in the "Optimizer" group)
+  std::function<OptimizerFactory(const FlagValues&, const CommonOptimFlags&)> configure;
 };
 
 /// How an LR schedule presents itself: its --lr-scheduler name, its own flags, and how they are read.
 struct LrSchedulerSpec {
   std::string name;
-  std::function<void(cxxopts::Options&, const DefaultOf&)> add_options;  // in the "Learning rate scheduler" group
-  std::function<LrSchedulerFactory(const cxxopts::ParseResult&, const CommonOptimFlags&)> configure;
+  std::function<void(FlagSet&)> flags;  // its flags (in the "Learning rate scheduler" group)
+  std::function<LrSchedulerFactory(const FlagValues&, const CommonOptimFlags&)> configure;
 };
 
 /// Specs by name, for one flag (--optimizer or --lr_scheduler).
@@ -57,9 +56,11 @@ class Registry {
   /// The spec called `name`; throws hetseq::UsageError naming the flag and the known names otherwise.
   const Spec& get(const std::string& name) const;
   std::vector<std::string> names() const;
-  /// Adds every spec's flags to `parser`.
-  void add_options(cxxopts::Options& parser, const DefaultOf& default_of) const {
-    for (const auto& entry : specs_) entry.second.add_options(parser, default_of);
+  /// Declares every spec's flags in `flags`.
+  void declare_flags(FlagSet& flags) const {
+    for (const auto& entry : specs_) {
+      if (entry.second.flags) entry.second.flags(flags);
+    }
   }
 
  private:

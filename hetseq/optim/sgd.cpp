@@ -71,13 +71,11 @@ void Sgd::set_hyperparameter(const std::string& name, double value) {
 OptimizerSpec sgd_spec() {
   OptimizerSpec spec;
   spec.name = "sgd";
-  spec.add_options = [](cxxopts::Options& parser, const DefaultOf& d) {
-    parser.add_options("Optimizer")("momentum", "momentum of SGD", text_flag(d, "momentum", "0"));
-  };
-  spec.configure = [](const cxxopts::ParseResult& args, const CommonOptimFlags& common) -> OptimizerFactory {
+  spec.flags = [](FlagSet& flags) { flags.add("momentum", "momentum of SGD", "0", "M"); };
+  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
     SgdOptions o;
     o.lr = common.lrs.front();
-    o.momentum = flag_number(args, "momentum");
+    o.momentum = args.number("momentum");
     o.weight_decay = common.weight_decay;
     return [o](std::vector<torch::Tensor> params) { return std::make_unique<Sgd>(std::move(params), o); };
   };

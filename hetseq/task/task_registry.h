@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <cxxopts.hpp>
-
+#include "hetseq/core/flag_set.h"
 #include "hetseq/task/task.h"
 
 namespace hetseq {
@@ -16,17 +15,23 @@ namespace detail {
 struct TaskRegistration;
 }  // namespace detail
 
-/// How a task presents itself to the driver.
+/// How a task presents itself to the driver. Only `name` and `create` are required.
 struct TaskSpec {
   std::string name;         // the value of --task
   std::string description;  // one line for --help
-  /// Adds the task's own flags to the command line (in a group named after the task).
-  std::function<void(cxxopts::Options&)> add_options;
+  /// Declares the task's own flags (shown in --help under `flag_group`, or "<name> task"). Every
+  /// flag that is not per-rank is compared across ranks at start, the task's too.
+  std::function<void(FlagSet&)> flags;
+  std::string flag_group;
   /// Defaults the task chooses for general flags, by long flag name without dashes
   /// (e.g. {"valid-subset", "test"}). They replace the general defaults when --task names this task.
   std::map<std::string, std::string> defaults;
-  /// Builds the task from the parsed command line. Throws hetseq::UsageError on bad task flags.
-  std::function<std::unique_ptr<Task>(const cxxopts::ParseResult&, const TaskContext&)> create;
+  /// Builds the task from the flags' values (general and the task's; FlagValues parses strictly and
+  /// names the flag in its errors). Throws hetseq::UsageError on bad task flags.
+  std::function<std::unique_ptr<Task>(const FlagValues&, const TaskContext&)> create;
+
+  /// The group the task's flags are shown under.
+  std::string group() const { return flag_group.empty() ? name + " task" : flag_group; }
 };
 
 /// Tasks by name. Tasks add themselves at static-initialisation time with HETSEQ_REGISTER_TASK.

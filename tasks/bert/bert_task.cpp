@@ -140,48 +140,36 @@ std::map<std::string, double> BertTask::derived_metrics(const LogSums& sums) con
 
 namespace {
 
-/// The value of a general flag, or `fallback` when this program has no such flag or it was not given.
-std::string string_or(const cxxopts::ParseResult& args, const std::string& name, const std::string& fallback) {
-  try {
-    const cxxopts::OptionValue& value = args[name];  // throws when this program has no such flag
-    // as() on a flag without a value must not be reached: cxxopts's error for it reads freed memory.
-    return value.count() > 0 || value.has_default() ? value.as<std::string>() : fallback;
-  } catch (const cxxopts::exceptions::exception&) {
-    return fallback;
-  }
-}
-
 TaskSpec make_bert_spec() {
   TaskSpec spec;
   spec.name = "bert";
   spec.description = "BERT pretraining (masked LM + next sentence) on HetSeq's HDF5 shards";
-  spec.add_options = [](cxxopts::Options& options) {
-    options.add_options("BERT task")
-        ("config_file", "BERT config (Google's bert_config.json keys), e.g. configs/bert-base-uncased.json",
-         cxxopts::value<std::string>()->default_value(""), "FILE")
-        ("dict", "the vocabulary (vocab.txt, one token a line), checked against the config's vocab_size",
-         cxxopts::value<std::string>()->default_value(""), "FILE")
-        ("max_pred_length", "at most this many masked positions of a sequence are used",
-         cxxopts::value<std::string>()->default_value("512"), "N")
-        ("num_file", "use only the first N shards of each split (0: all)", cxxopts::value<std::string>()->default_value("0"),
-         "N")
-        ("init-from", "start from pretrained BERT weights in Hugging Face's layout (a directory with "
-         "model.safetensors or pytorch_model.bin, or the file)",
-         cxxopts::value<std::string>()->default_value(""), "PATH");
+  spec.flag_group = "BERT task";
+  spec.flags = [](FlagSet& flags) {
+    flags.add("config_file", "BERT config (Google's bert_config.json keys), e.g. configs/bert-base-uncased.json", "",
+              "FILE")
+        .add("dict", "the vocabulary (vocab.txt, one token a line), checked against the config's vocab_size", "",
+             "FILE")
+        .add("max_pred_length", "at most this many masked positions of a sequence are used", "512", "N")
+        .add("num_file", "use only the first N shards of each split (0: all)", "0", "N")
+        .add("init-from",
+             "start from pretrained BERT weights in Hugging Face's layout (a directory with model.safetensors or "
+             "pytorch_model.bin, or the file)",
+             "", "PATH");
   };
   spec.defaults = {{"valid-subset", "test"}};
-  spec.create = [](const cxxopts::ParseResult& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
+  spec.create = [](const FlagValues& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
     BertTaskOptions o;
-    o.data = string_or(args, "data", "");
-    o.train_subset = string_or(args, "train-subset", "train");
-    o.config_file = args["config_file"].as<std::string>();
+    o.data = args.text_or("data", "");
+    o.train_subset = args.text_or("train-subset", "train");
+    o.config_file = args.text("config_file");
     if (o.config_file.empty()) {
       throw UsageError("--config_file is required for --task bert: a bert_config.json, e.g. configs/bert-base-uncased.json");
     }
-    o.dict = args["dict"].as<std::string>();
-    o.max_pred_length = parse_int("--max_pred_length", args["max_pred_length"].as<std::string>());
-    o.num_file = parse_int("--num_file", args["num_file"].as<std::string>());
-    o.init_from = args["init-from"].as<std::string>();
+    o.dict = args.text("dict");
+    o.max_pred_length = args.integer("max_pred_length");
+    o.num_file = args.integer("num_file");
+    o.init_from = args.text("init-from");
     o.config = read_bert_config(o.config_file);
     if (o.data.empty()) {
       throw UsageError("--data is required for --task bert: an HDF5 shard or a directory of shards");

@@ -151,21 +151,20 @@ TaskSpec make_mnist_spec() {
   TaskSpec spec;
   spec.name = "mnist";
   spec.description = "image classification on MNIST or Fashion-MNIST IDX files (HetSeq's MNISTNet)";
-  spec.add_options = [](cxxopts::Options& options) {
-    options.add_options("MNIST task")(
-        "dropout", "dropout probabilities after the convolutions (whole channels) and after the hidden layer",
-        cxxopts::value<std::string>()->default_value("0.25,0.5"), "P1,P2")(
-        "hidden-units", "width of the hidden fully connected layer", cxxopts::value<std::string>()->default_value("128"),
-        "N");
+  spec.flag_group = "MNIST task";
+  spec.flags = [](FlagSet& flags) {
+    flags.add("dropout", "dropout probabilities after the convolutions (whole channels) and after the hidden layer",
+              "0.25,0.5", "P1,P2")
+        .add("hidden-units", "width of the hidden fully connected layer", "128", "N");
   };
   // HetSeq's MNIST recipe (Adadelta, lr 1.01, clip-norm 100): trains out of the box; flags given win.
   spec.defaults = {{"valid-subset", "test"}, {"data", "/usr/share/datasets/fashion-mnist"},
                    {"optimizer", "adadelta"}, {"lr", "1.01"}, {"clip-norm", "100"}};
-  spec.create = [](const cxxopts::ParseResult& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
+  spec.create = [](const FlagValues& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
     MnistTaskOptions options;
-    options.data_dir = args["data"].as<std::string>();
-    options.model = parse_dropout(args["dropout"].as<std::string>());
-    options.model.hidden = parse_int("--hidden-units", args["hidden-units"].as<std::string>());
+    options.data_dir = args.text("data");
+    options.model = parse_dropout(args.text("dropout"));
+    options.model.hidden = args.integer("hidden-units");
     if (options.model.hidden < 1) throw UsageError("--hidden-units must be a positive number of units");
     return std::make_unique<MnistTask>(std::move(options));
   };

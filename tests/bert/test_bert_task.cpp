@@ -16,6 +16,7 @@
 #include "bert/shard_writer.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/cli/train_options.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/precision.h"
 #include "support/temp_dir.h"
@@ -33,16 +34,15 @@ namespace {
 
 const std::string kTinyConfig = hetseq::test::source_dir() + "/configs/bert-tiny.json";
 
-cxxopts::ParseResult parse_command_line(std::vector<std::string> args) {
-  const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("bert");
+hetseq::FlagValues parse_command_line(std::vector<std::string> args) {
   cxxopts::Options options("hetseq-train", "bert task test");
   options.add_options()("data", "data", cxxopts::value<std::string>())(
       "train-subset", "train split", cxxopts::value<std::string>()->default_value("train"));
-  spec.add_options(options);
+  hetseq::cli::add_task_flags(options);
   args.insert(args.begin(), "hetseq-train");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
-  return options.parse(static_cast<int>(argv.size()), argv.data());
+  return hetseq::cli::flag_values(options.parse(static_cast<int>(argv.size()), argv.data()));
 }
 
 std::unique_ptr<hetseq::Task> make_task(const std::vector<std::string>& args) {
@@ -70,7 +70,7 @@ TEST_CASE("the bert task is registered with HetSeq's flags", "[bert][task]") {
   const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("bert");
   CHECK(spec.defaults.at("valid-subset") == "test");
   cxxopts::Options options("hetseq-train");
-  spec.add_options(options);
+  hetseq::cli::add_task_flags(options);
   const std::string help = options.help({"BERT task"});
   for (const char* flag : {"--config_file", "--dict", "--max_pred_length", "--num_file", "--init-from"}) {
     CHECK_THAT(help, Catch::Contains(flag));

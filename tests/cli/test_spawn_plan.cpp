@@ -9,7 +9,7 @@
 using hetseq::UsageError;
 using hetseq::cli::plan_spawn;
 using hetseq::cli::SpawnPlan;
-using hetseq::cli::TrainOptions;
+using hetseq::TrainOptions;
 using hetseq::test::error_of;
 using Env = std::map<std::string, std::string>;
 

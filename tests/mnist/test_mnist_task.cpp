@@ -21,6 +21,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/cli/train_options.h"
 #include "hetseq/task/task_registry.h"
 #include "tasks/mnist/mnist_dataset.h"
 #include "tasks/mnist/mnist_model.h"
@@ -87,15 +88,16 @@ struct SyntheticData {
 };
 
 /// Parses `args` the way the driver does: the general --data flag plus the mnist task's own flags.
-cxxopts::ParseResult parse_command_line(std::vector<std::string> args) {
+/// The flag values of an `hetseq-train` command line with `args`: --data and every task's flags.
+hetseq::FlagValues parse_command_line(std::vector<std::string> args) {
   const hetseq::TaskSpec& spec = hetseq::TaskRegistry::global().get("mnist");
   cxxopts::Options options("hetseq-train", "mnist task test");
   options.add_options()("data", "data directory", cxxopts::value<std::string>()->default_value(spec.defaults.at("data")));
-  spec.add_options(options);
+  hetseq::cli::add_task_flags(options);
   args.insert(args.begin(), "hetseq-train");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
-  return options.parse(static_cast<int>(argv.size()), argv.data());
+  return hetseq::cli::flag_values(options.parse(static_cast<int>(argv.size()), argv.data()));
 }
 
 /// Builds the mnist task through the registry from command-line arguments.
@@ -127,7 +129,7 @@ TEST_CASE("the mnist task is registered with its flags and defaults", "[mnist][t
   CHECK(spec.defaults.at("data") == kFashionMnist);
 
   cxxopts::Options options("hetseq-train");
-  spec.add_options(options);
+  hetseq::cli::add_task_flags(options);
   const auto groups = options.groups();
   CHECK(std::find(groups.begin(), groups.end(), "MNIST task") != groups.end());
   CHECK_THAT(options.help({"MNIST task"}), Contains("--dropout"));

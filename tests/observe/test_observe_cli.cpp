@@ -144,10 +144,15 @@ TEST_CASE("Tracing 2 ranks: every traced update has its spans on every rank, nes
   }
 
   REQUIRE(overlapped.size() == 4);
+  // Whether a bucket's transfer ends before the rest of backward is a race that a loaded machine can make
+  // one update lose (seen once in a fresh clone's suite: update 5 of 3..6); a reducer that communicated
+  // only after backward, or waited on each bucket before computing on, would lose it in every update.
+  int64_t updates_overlapped = 0;
   for (const auto& [update, yes] : overlapped) {
-    CAPTURE(update);
-    CHECK(yes);
+    UNSCOPED_INFO("update " << update << (yes ? ": overlapped" : ": not overlapped"));
+    updates_overlapped += yes ? 1 : 0;
   }
+  CHECK(updates_overlapped >= 1);
 
   const auto merged = run_process({binary_path("hetseq-trace"), "merge", dir / "trace"}, 60s);
   INFO(merged.err);

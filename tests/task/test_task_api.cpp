@@ -120,7 +120,7 @@ TEST_CASE("A registration that fails is reported, not thrown out of a static ini
   // What HETSEQ_REGISTER_TASK does in a library that registers a taken name.
   const hetseq::detail::TaskRegistration again{[] {
     TaskSpec spec{"mnist", "a second mnist"};
-    spec.create = [](const cxxopts::ParseResult&, const TaskContext&) -> std::unique_ptr<Task> { return nullptr; };
+    spec.create = [](const FlagValues&, const TaskContext&) -> std::unique_ptr<Task> { return nullptr; };
     return spec;
   }};
   CHECK_THAT(test::error_of<InternalError>([&] { registry.check_registrations(); }),
@@ -147,28 +147,61 @@ TEST_CASE("The library says its version, the one its headers declare", "[task]")
                                               HETSEQ_VERSION_PATCH));
 }
 
-TEST_CASE("A task flag of any value type is compared across ranks as the text given", "[task][cli]") {
+TEST_CASE("A task's flags: declared without a parser, read strictly, compared across ranks as given",
+          "[task][cli]") {
   // Once per process: the registry is global, as in hetseq-train.
   static const bool registered = [] {
-    TaskSpec spec{"typed-flag-task", "a task whose flag is an int64_t"};
-    spec.add_options = [](cxxopts::Options& o) {
-      o.add_options("typed")("typed-width", "a width", cxxopts::value<int64_t>()->default_value("3"), "N");
+    TaskSpec spec{"flagged-task", "a task with flags of its own"};
+    spec.flags = [](FlagSet& flags) {
+      flags.add("flagged-width", "a width", "3", "N").add_optional("flagged-name", "a name").add_switch(
+          "flagged-fast", "a switch");
     };
-    spec.create = [](const cxxopts::ParseResult&, const TaskContext&) -> std::unique_ptr<Task> { return nullptr; };
+    spec.create = [](const FlagValues&, const TaskContext&) -> std::unique_ptr<Task> { return nullptr; };
     TaskRegistry::global().add(spec);
     return true;
   }();
   REQUIRE(registered);
-  for (const auto& [given, expected] : std::vector<std::pair<std::string, std::string>>{{"", "3"}, {"17", "17"}}) {
-    std::vector<std::string> args{"hetseq-train", "--task", "typed-flag-task"};
-    if (!given.empty()) args.insert(args.end(), {"--typed-width", given});
+  auto parse = [](std::vector<std::string> given) {
+    std::vector<std::string> args{"hetseq-train", "--task", "flagged-task"};
+    args.insert(args.end(), given.begin(), given.end());
     std::vector<const char*> argv;
     for (const auto& a : args) argv.push_back(a.c_str());
-    cxxopts::Options parser = cli::make_train_parser(std::string("typed-flag-task"));
+    cxxopts::Options parser = cli::make_train_parser(std::string("flagged-task"));
     const cxxopts::ParseResult parsed = cli::parse_command_line(parser, static_cast<int>(argv.size()), argv.data());
-    CHECK(parsed["typed-width"].as<int64_t>() == std::stoll(expected));
-    const auto compared = cli::compared_flags(parser, parsed);
-    CHECK(compared.at("--typed-width") == expected);
-    CHECK(compared.at("--task") == "typed-flag-task");
+    return std::make_pair(cli::flag_values(parsed), cli::compared_flags(parser, parsed));
+  };
+  {
+    const auto parsed = parse({});
+    const FlagValues& values = parsed.first;
+    const auto& compared = parsed.second;
+    CHECK(values.integer("flagged-width") == 3);
+    CHECK_FALSE(values.has("flagged-name"));
+    CHECK_FALSE(values.flag("flagged-fast"));
+    CHECK(values.text("task") == "flagged-task");
+    CHECK_THAT(test::error_of<UsageError>([&] { values.text("flagged-name"); }), Contains("--flagged-name is required"));
+    CHECK(compared.at("--flagged-width") == "3");
+    CHECK(compared.at("--flagged-name") == "(not set)");
+    CHECK(compared.at("--flagged-fast") == "false");
   }
+  {
+    const auto parsed = parse({"--flagged-width", "17", "--flagged-name=x", "--flagged-fast"});
+    const FlagValues& values = parsed.first;
+    const auto& compared = parsed.second;
+    CHECK(values.integer("flagged-width") == 17);
+    CHECK(values.text("flagged-name") == "x");
+    CHECK(values.flag("flagged-fast"));
+    CHECK(compared.at("--flagged-width") == "17");
+    CHECK(compared.at("--flagged-name") == "x");
+    CHECK(compared.at("--flagged-fast") == "true");
+  }
+  {
+    const auto parsed = parse({"--flagged-width", "12x"});
+    const FlagValues& values = parsed.first;
+    const auto& compared = parsed.second;
+    CHECK(compared.at("--flagged-width") == "12x");
+    CHECK_THAT(test::error_of<UsageError>([&] { values.integer("flagged-width"); }), Contains("--flagged-width"));
+  }
+  // --help shows them in the task's group.
+  const cxxopts::Options parser = cli::make_train_parser(std::string("flagged-task"));
+  CHECK_THAT(parser.help({"flagged-task task"}), Contains("--flagged-width N") && Contains("--flagged-fast"));
 }

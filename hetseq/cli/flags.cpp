@@ -1,4 +1,4 @@
-#include "hetseq/core/flags.h"
+#include "hetseq/cli/flags.h"
 
 #include "hetseq/core/parse.h"
 

@@ -5,14 +5,13 @@
 #include <optional>
 #include <string>
 
-#include <cxxopts.hpp>
-
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"
-#include "hetseq/cli/train_options.h"
 #include "hetseq/data/plan_schedule.h"
+#include "hetseq/core/flag_set.h"
 #include "hetseq/distributed/world.h"
+#include "hetseq/session/session_options.h"
 #include "hetseq/task/task.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
@@ -20,25 +19,28 @@
 #include "hetseq/train/training_loop.h"
 #include "hetseq/train/validator.h"
 
-namespace hetseq::cli {
+namespace hetseq {
 
-/// One rank's training as hetseq-train builds it from its command line: the task, model and data, the
-/// world's data plans (after the start handshake), the Controller (optimizer, schedule, reducer,
-/// precision), the resumed state, the Validator, the Checkpointer and the loop with its observers.
-/// See docs/DESIGN.md, "The path of one update".
+/// One rank's training, built from option structs (what hetseq-train reads from its command line, or
+/// what a program of its own fills in): the task, model and data, the world's data plans (after the
+/// start handshake), the Controller (optimizer, schedule, reducer, precision), the resumed state, the
+/// Validator, the Checkpointer and the loop with its observers. See docs/DESIGN.md, "The path of one
+/// update".
 class TrainSession {
  public:
-  /// Builds everything and joins `world` (which stays the caller's). Throws hetseq::UsageError or
-  /// hetseq::InputError naming the flag, file or rank.
-  TrainSession(const TrainOptions& options, const cxxopts::Options& parser, const cxxopts::ParseResult& args,
-               World& world);
+  /// Builds everything and joins `world` (which stays the caller's). `task_flags` are the values the task
+  /// is built from (TaskSpec::create); `compared` is what every rank must agree on, by name (every flag
+  /// that is not per-rank, as hetseq-train compares them; the session adds what it resolves itself).
+  /// Throws hetseq::UsageError or hetseq::InputError naming the flag, file or rank.
+  TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
+               const FlagValues& task_flags, World& world);
   /// Trains until a limit; returns the last epoch trained.
   int64_t run() { return loop_->run(start_); }
   /// Whether run() ended on a stop signal (see Note [Clean stops]).
   bool stopped() const { return loop_->stopped(); }
 
  private:
-  void build_model(const cxxopts::ParseResult& args);
+  void build_model(const FlagValues& flags);
   void open_outputs();
   void load_data();
   void join(const std::map<std::string, std::string>& compared);
@@ -74,4 +76,4 @@ class TrainSession {
   IteratorPosition start_{1, 0};
 };
 
-}  // namespace hetseq::cli
+}  // namespace hetseq

@@ -1,4 +1,4 @@
-#include "hetseq/cli/train_session.h"
+#include "hetseq/session/train_session.h"
 
 #include <unistd.h>
 
@@ -26,7 +26,7 @@
 #include "hetseq/balance/rank_summary.h"
 #include "hetseq/observe/tensorboard_sink.h"
 
-namespace hetseq::cli {
+namespace hetseq {
 namespace {
 
 namespace fs = std::filesystem;
@@ -55,8 +55,8 @@ std::string as_text(const std::map<std::string, std::string>& compared) {
 
 }  // namespace
 
-TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& parser,
-                           const cxxopts::ParseResult& args, World& world)
+TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
+                           const FlagValues& task_flags, World& world)
     : o_(options), world_(world) {
   if (o_.dataset.max_sentences.size() != 1) {
     throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
@@ -66,10 +66,9 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
     throw UsageError(fmt::format("--balance-cap: {} values given for the 1 worker of this process",
                                  o_.balance.caps.size()));
   }
-  build_model(args);
+  build_model(task_flags);
   open_outputs();
   load_data();
-  std::map<std::string, std::string> compared = compared_flags(parser, args);
   compared["backend (from --cpu and --distributed-backend)"] = world_.backend();
   // Tracing ranks align their clocks together at start (Note [Tracing]).
   compared["tracing (from --trace-dir)"] = o_.observe.trace_dir ? "on" : "off";
@@ -84,11 +83,11 @@ TrainSession::TrainSession(const TrainOptions& options, const cxxopts::Options& 
   build_loop();
 }
 
-void TrainSession::build_model(const cxxopts::ParseResult& args) {
+void TrainSession::build_model(const FlagValues& flags) {
   TaskContext context;
   context.device = world_.device();
   context.seed = o_.common.seed;
-  task_ = TaskRegistry::global().get(o_.common.task).create(args, context);
+  task_ = TaskRegistry::global().get(o_.common.task).create(flags, context);
   const CheckpointOptions& ck = o_.checkpoint;
   if (!ck.save.no_save && world_.rank() == 0) {
     ensure_writable_dir(ck.save.save_dir, "--save-dir");
@@ -402,4 +401,4 @@ void TrainSession::add_balancer() {
   }
 }
 
-}  // namespace hetseq::cli
+}  // namespace hetseq

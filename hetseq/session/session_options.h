@@ -1,0 +1,127 @@
+#pragma once
+/// What one rank's training session is built from: one plain struct per concern, filled by hetseq-train
+/// from its command line (hetseq/cli/train_options.h) or by a program of its own.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/distributed/comm_hook.h"
+#include "hetseq/distributed/world.h"
+#include "hetseq/observe/progress.h"
+#include "hetseq/optim/registry.h"
+#include "hetseq/train/loss_scaler.h"
+#include "hetseq/train/precision.h"
+
+namespace hetseq {
+
+struct CommonOptions {
+  std::string task;
+  uint64_t seed = 19940802;
+  bool cpu = false;
+  bool no_progress_bar = false;
+  int64_t log_interval = 100;
+  LogFormat log_format = LogFormat::kSimple;
+  int64_t intra_op_threads = 0;  // 0: LibTorch's default
+};
+
+struct DatasetOptions {
+  int64_t num_workers = 1;
+  std::vector<int64_t> max_sentences;  // [local worker] or one value for all
+  std::optional<int64_t> max_sentences_valid;
+  int64_t required_batch_size_multiple = 1;
+  std::string train_subset = "train";
+  std::vector<std::string> valid_subsets{"valid"};
+  int64_t validate_interval = 1;
+  bool disable_validation = false;
+  int64_t curriculum = 0;
+};
+
+struct OptimizationOptions {
+  int64_t max_epoch = 0;   // 0: no limit
+  int64_t max_update = 0;  // 0: no limit
+  double clip_norm = 25;
+  std::vector<int64_t> update_freq{1};  // [epoch] (the last value holds for later epochs)
+  std::vector<double> lr{0.25};         // [epoch]
+  double min_lr = -1;
+  std::string optimizer = "adam";                        // --optimizer (see optim::optimizers())
+  optim::OptimizerFactory make_optimizer;                // its flags, read and checked
+  std::string lr_scheduler = "PolynomialDecayScheduler";  // --lr_scheduler (see optim::lr_schedulers())
+  optim::LrSchedulerFactory make_lr_scheduler;           // its flags, read and checked
+};
+
+/// HetSeq's distributed flags.
+struct DistributedFlags {
+  /// --distributed-world-size, --distributed-rank (of this node's first worker), --device-id (alias
+  /// --local_rank), --cpu, --distributed-backend, --distributed-init-method, --distributed-timeout.
+  WorldOptions world;
+  std::optional<int64_t> gpus;        // --distributed-gpus: workers on this node (default: CUDA devices, or 1)
+  bool no_spawn = false;              // --distributed-no-spawn
+  double bucket_cap_mb = 25;          // --bucket-cap-mb
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;      // --broadcast-buffers
+  bool fast_stat_sync = false;
+  CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook
+  int64_t powersgd_rank = 1;             // --powersgd-rank
+  int64_t powersgd_start_update = 100;   // --powersgd-start-update
+  bool log_all_ranks = false;
+};
+
+/// The Balancing flags. See Note [Balancing].
+struct BalanceFlags {
+  bool auto_balance = false;       // --auto-balance
+  int64_t interval = 10;           // --balance-interval
+  double threshold = 0.03;         // --balance-threshold
+  bool threshold_given = false;    // a given threshold is used as is, never widened to the noise
+  std::vector<int64_t> caps;       // --balance-cap: [local worker] or one value for all (empty: none)
+};
+
+/// The flags that make a run visible besides its log lines. See Note [Tracing].
+struct ObserveFlags {
+  std::optional<std::string> trace_dir;           // --trace-dir: each rank's timeline
+  int64_t trace_first = 1, trace_last = 100;      // --trace-updates A:B
+  bool trace_ops = false;                         // --trace-ops: LibTorch's op-level profiler too
+  std::optional<std::string> tensorboard_logdir;  // --tensorboard-logdir
+  std::optional<std::string> json_log;            // --json-log FILE
+};
+
+struct CheckpointOptions {
+  CheckpointSaveOptions save;
+  std::string restore_file = "checkpoint_last.pt";  // a name in --save-dir, or a path
+  bool restore_file_given = false;                  // a missing file is an error only when given
+  bool reset_dataloader = false;
+  bool reset_lr_scheduler = false;
+  bool reset_meters = false;
+  bool reset_optimizer = false;
+  std::vector<std::pair<std::string, double>> optimizer_overrides;  // --optimizer-overrides
+  std::optional<std::string> dump_sample_ids;                       // --dump-sample-ids DIR
+};
+
+/// --fp16, --bf16 and the loss scaling flags. See Note [Loss scaling].
+struct MixedPrecisionOptions {
+  Precision precision = Precision::kFloat32;
+  LossScalerOptions scaler;             // used with --fp16
+  std::optional<int64_t> scale_window;  // --fp16-scale-window (default: see default_scale_window)
+
+  /// HetSeq's default window: 2^14 micro-batches over all ranks, i.e. 16384 / (sum over ranks of the
+  /// micro-batches per update), at least 1.
+  static int64_t default_scale_window(int64_t micro_batches_per_update);
+};
+
+/// Everything a session is built from but the task's own flags: what hetseq-train reads from its
+/// command line.
+struct TrainOptions {
+  CommonOptions common;
+  DatasetOptions dataset;
+  OptimizationOptions optimization;
+  DistributedFlags distributed;
+  BalanceFlags balance;
+  ObserveFlags observe;
+  CheckpointOptions checkpoint;
+  MixedPrecisionOptions mixed_precision;
+};
+
+}  // namespace hetseq
