@@ -53,7 +53,14 @@ std::string class_name(H5T_class_t c) {
 /// The sizes of dataset `name` in `file` after checking it exists, is a dataset and holds integers.
 std::vector<int64_t> dataset_shape(hid_t file, const std::string& path, const std::string& name) {
   const std::string layout_hint = fmt::format("a BERT shard holds the datasets {}", fmt::join(shard_dataset_names(), ", "));
-  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) {
+  const htri_t exists = H5Lexists(file, name.c_str(), H5P_DEFAULT);
+  if (exists < 0) {
+    // HDF5 could not read the group's index to look the name up: the file is damaged, not the layout.
+    throw InputError(fmt::format("{}: cannot look up dataset '{}': the file's group index is damaged; rewrite the "
+                                 "shard with scripts/bert_preprocess.py",
+                                 path, name));
+  }
+  if (exists == 0) {
     throw InputError(fmt::format("{}: dataset '{}' is missing; {} (see scripts/bert_preprocess.py)", path, name,
                                  layout_hint));
   }
