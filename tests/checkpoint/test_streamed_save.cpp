@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/checkpoint.h"
+#include "cuda/cuda_skip.h"
 #include "support/error_message.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
@@ -35,9 +37,9 @@ namespace {
 
 // A checkpoint whose tensors take every path of the streamed writer: contiguous, transposed, expanded
 // (overlapping), a slice of a larger tensor (the whole storage is written), two tensors of one
-// storage (written once), odd strides on a size-1 dimension, empty, several dtypes, and CUDA tensors
-// where a GPU exists.
-Checkpoint layouts_checkpoint() {
+// storage (written once), odd strides on a size-1 dimension, empty, several dtypes; with `cuda`, also
+// CUDA tensors (contiguous and transposed), which the writer copies to the host as it streams them.
+Checkpoint layouts_checkpoint(bool cuda = false) {
   torch::manual_seed(3);
   const torch::Tensor shared = torch::randn({6, 5});
   Checkpoint c;
@@ -51,12 +53,10 @@ Checkpoint layouts_checkpoint() {
              {"half", torch::randn({9}).to(torch::kBFloat16)},
              {"count", torch::arange(11, torch::kInt64)},
              {"mask", torch::rand({3, 3}) > 0.5}};
-  if (torch::cuda::is_available()) {
+  if (cuda) {
     c.model.emplace_back("cuda.weight", torch::randn({5, 4}, torch::kCUDA));
     c.model.emplace_back("cuda.weight_t", torch::randn({4, 5}, torch::kCUDA).t());
-  } else {
-    WARN("no CUDA device: the CUDA layouts (cuda.weight, cuda.weight_t) are left out of this checkpoint; "
-         "they are checked where a GPU is present");
+    c.model.emplace_back("cuda.slice", torch::randn({6, 5}, torch::kCUDA).narrow(0, 2, 3));
   }
   c.optimizer_name = "adam";
   c.optimizer_options = {{"beta1", 0.9}};
@@ -174,6 +174,43 @@ TEST_CASE("Python reads a streamed checkpoint of every tensor layout", "[checkpo
     REQUIRE(summary.contains(name));
     CHECK(summary[name]["shape"].get<std::vector<int64_t>>() == t.sizes().vec());
     CHECK(summary[name]["sum"].get<double>() == Approx(t.cpu().to(torch::kFloat64).sum().item<double>()).epsilon(1e-12));
+  }
+}
+
+// The CUDA layouts of the two tests above: a CUDA tensor is copied to the host while it streams, so its
+// bytes, the storage a slice shares, and the Python reader's view must be those of the host copy.
+TEST_CASE("CUDA: a streamed save of CUDA tensors (contiguous, transposed, a slice) writes the bytes of the "
+          "in-memory encoding, loads on the CPU, and Python reads it",
+          "[cuda][checkpoint][python]") {
+  if (!hetseq::test::cuda_or_skip()) return;
+  TempDir dir;
+  const Checkpoint c = layouts_checkpoint(/*cuda=*/true);
+  REQUIRE(c.model.back().second.is_cuda());
+  hetseq::save_checkpoint(c, {dir / "checkpoint_1_9.pt", dir / "checkpoint_last.pt"});
+  const std::vector<char> encoded = hetseq::encode_checkpoint(c);
+  CHECK(file_bytes(dir / "checkpoint_1_9.pt") == encoded);
+  CHECK(file_bytes(dir / "checkpoint_last.pt") == encoded);
+  const Checkpoint r = hetseq::load_checkpoint(dir / "checkpoint_last.pt");
+  check_same_tensors(r.model, c.model);
+  CHECK(hetseq::state_digest(r) == hetseq::state_digest(c));
+
+  const std::string python = hetseq::test::python_path();
+  REQUIRE(!python.empty());
+  const auto p = hetseq::test::run_process(
+      {python, hetseq::test::source_dir() + "/scripts/checkpoint_weights.py", dir / "checkpoint_last.pt",
+       "--summary"},
+      120s);
+  INFO(p.err);
+  REQUIRE(p.exit_code == 0);
+  const auto summary = nlohmann::json::parse(p.out);
+  for (const char* name : {"cuda.weight", "cuda.weight_t", "cuda.slice"}) {
+    INFO(name);
+    REQUIRE(summary.contains(name));
+    const auto it = std::find_if(c.model.begin(), c.model.end(), [&](const auto& e) { return e.first == name; });
+    REQUIRE(it != c.model.end());
+    CHECK(summary[name]["shape"].get<std::vector<int64_t>>() == it->second.sizes().vec());
+    CHECK(summary[name]["sum"].get<double>() ==
+          Approx(it->second.cpu().to(torch::kFloat64).sum().item<double>()).epsilon(1e-12));
   }
 }
 

@@ -17,6 +17,7 @@
 #include "support/run_output.h"
 #include "support/process_checks.h"
 #include "support/subprocess.h"
+#include "support/test_paths.h"
 #include "tasks/mnist/mnist_model.h"
 
 using namespace hetseq::test;
@@ -28,7 +29,7 @@ namespace {
 // real data, without every rank of every run loading and normalising all 60000 images.
 const std::string& small_data() {
   static const TempDir dir;
-  static const bool written = (write_mnist_prefix("/usr/share/datasets/fashion-mnist", dir.path(), 2000, 500), true);
+  static const bool written = (write_mnist_prefix(hetseq::test::fashion_mnist_dir(), dir.path(), 2000, 500), true);
   (void)written;
   return dir.path();
 }

@@ -8,9 +8,13 @@
 #include <vector>
 
 #include <ATen/autocast_mode.h>
+#ifdef HETSEQ_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "cuda/cuda_skip.h"
 #include "hetseq/core/error.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
@@ -147,13 +151,15 @@ struct Trainer {
   std::shared_ptr<torch::nn::Module> model;
   std::unique_ptr<hetseq::Controller> controller;
 
-  Trainer(const std::string& dir, Precision precision, std::optional<LossScalerOptions> scaling) {
+  Trainer(const std::string& dir, Precision precision, std::optional<LossScalerOptions> scaling,
+          torch::Device device = torch::kCPU) {
     hetseq::mnist::MnistTaskOptions options;
     options.data_dir = dir;
     task = std::make_shared<hetseq::mnist::MnistTask>(options);
     data = task->load_dataset("train");
     torch::manual_seed(3);
     model = task->build_model();
+    model->to(device);
     hetseq::optim::SgdOptions sgd;
     sgd.lr = 0.05;
     sgd.momentum = 0.9;
@@ -165,6 +171,7 @@ struct Trainer {
     c.seed = 7;
     c.precision = precision;
     c.loss_scaling = scaling;
+    c.device = device;
     controller = std::make_unique<hetseq::Controller>(*task, model, std::move(optimizer), std::move(scheduler),
                                                       std::make_shared<hetseq::LocalReducer>(), c);
   }
@@ -287,4 +294,73 @@ TEST_CASE("an update reads the device twice, however many micro-batches: the sum
     CHECK(r.sums.at("ncorrect") <= 16);
     CHECK(r.sums.at("ncorrect") == std::round(r.sums.at("ncorrect")));
   }
+}
+
+#ifdef HETSEQ_WITH_CUDA
+namespace {
+
+// Counts CUDA's "called a synchronizing CUDA operation" warnings, which sync-debug mode "warn" raises at
+// every host sync (an .item(), a blocking copy, a nonzero), while installed; other warnings go on to the
+// handler that was there before.
+class SyncCounter : public c10::WarningHandler {
+ public:
+  SyncCounter() : previous_(c10::WarningUtils::get_warning_handler()) {
+    c10::WarningUtils::set_warning_handler(this);
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+  }
+  ~SyncCounter() override {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    c10::WarningUtils::set_warning_handler(previous_);
+  }
+  SyncCounter(const SyncCounter&) = delete;
+  SyncCounter& operator=(const SyncCounter&) = delete;
+
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("called a synchronizing CUDA operation") != std::string::npos) {
+      ++syncs;
+    } else {
+      previous_->process(warning);
+    }
+  }
+  int64_t syncs = 0;
+
+ private:
+  c10::WarningHandler* previous_;
+};
+
+}  // namespace
+#endif
+
+// The CPU test above takes the Controller's own count of its reads; here CUDA counts every host sync
+// from outside, batches' copies to the device included (pinned and asynchronous, so none).
+TEST_CASE("CUDA: an update syncs with the device twice, however many micro-batches, counted by CUDA's sync "
+          "debug mode",
+          "[cuda][precision][stats]") {
+  if (!hetseq::test::cuda_or_skip()) return;
+#ifdef HETSEQ_WITH_CUDA
+  TempDir dir;
+  hetseq::test::write_random_mnist(dir.path(), 32, 8, 7);
+  for (const auto& [precision, scaling] : std::vector<std::pair<Precision, std::optional<LossScalerOptions>>>{
+           {Precision::kFloat32, std::nullopt}, {Precision::kFloat16, scaler_options(128, 2000)}}) {
+    INFO(hetseq::to_string(precision));
+    Trainer t(dir.path(), precision, scaling, torch::Device(torch::kCUDA, 0));
+    t.update(0);  // the first update allocates the optimizer's buffers and warms the allocator
+    for (const int64_t parts : {1, 2, 4}) {
+      INFO(parts << " micro-batches");
+      std::vector<hetseq::Batch> batches;
+      for (int64_t m = 0; m < parts; ++m) {
+        std::vector<int64_t> rows;
+        for (int64_t i = m; i < 16; i += parts) rows.push_back(i);
+        batches.push_back(t.data->collate(rows));
+      }
+      torch::cuda::synchronize();
+      SyncCounter counter;
+      const auto r = t.controller->train_update(batches);
+      const int64_t syncs = counter.syncs;
+      CHECK(syncs == 2);
+      CHECK(r.host_reads == 2);
+      CHECK(r.sums.at("sample_size") == 16);
+    }
+  }
+#endif
 }
