@@ -33,11 +33,17 @@ namespace fs = std::filesystem;
 //   lr_scheduler        {name, state {k: float}}
 //   extra_state         {num_updates, epoch, offset, meters {k: float}, rng_state, best,
 //                        data_plan {batch_sizes [int], update_freqs [int], shares [int]},
-//                        bucket_layout [[int]]}
+//                        bucket_layout [[int]], cuda_rng_state [tensor],
+//                        powersgd {update, world_size, buckets [{index, shapes [[int]],
+//                                  matrices [int], q [tensor], errors [tensor]}]}}
 //                                                       shares: the split in force (Note [Balancing]);
 //                                                       bucket_layout: the gradient buckets' parameters
-//                                                       (Note [Bucketed reduction]); files written
-//                                                       before either have neither
+//                                                       (Note [Bucketed reduction]); cuda_rng_state:
+//                                                       [device] (Note [Generator states in
+//                                                       checkpoints]); powersgd: only with
+//                                                       --ddp-comm-hook powersgd (Note [PowerSGD in
+//                                                       checkpoints]); files written before any of
+//                                                       them lack it, and load as before
 //   args                {task, model_digest, options}  what must match on resume
 //   checksum            int
 //
@@ -289,6 +295,16 @@ class Reader {
     }
     return out;
   }
+  std::vector<torch::Tensor> tensor_list(const Dict& d, const std::string& key) const {
+    const c10::IValue v = at(d, key);
+    if (!v.isList()) fail(fmt::format("the entry '{}' is not a list", key));
+    std::vector<torch::Tensor> out;
+    for (const c10::IValue& e : v.toList()) {
+      if (!e.isTensor()) fail(fmt::format("the entry '{}' is not a list of tensors", key));
+      out.push_back(e.toTensor());
+    }
+    return out;
+  }
   std::map<std::string, torch::Tensor> tensors(const Dict& d, const std::string& key) const {
     std::map<std::string, torch::Tensor> out;
     for (const auto& e : dict(d, key)) {
@@ -357,6 +373,33 @@ void insert_state(Dict& root, const Checkpoint& c, const TensorForm& form) {
   root.insert("lr_scheduler", scheduler);
 }
 
+c10::IValue tensor_list(const std::vector<torch::Tensor>& v, const TensorForm& form) {
+  c10::impl::GenericList l(c10::AnyType::get());
+  for (const auto& t : v) l.push_back(form(t.detach()));
+  return l;
+}
+
+// The `powersgd` entry of extra_state; see Note [PowerSGD in checkpoints] (hetseq/distributed/powersgd.cpp).
+c10::IValue powersgd_entry(const PowerSgdState& p, const TensorForm& form) {
+  Dict out = new_dict();
+  out.insert("update", p.update);
+  out.insert("world_size", p.world_size);
+  c10::impl::GenericList buckets(c10::AnyType::get());
+  for (const auto& b : p.buckets) {
+    Dict bucket = new_dict();
+    bucket.insert("index", b.index);
+    c10::impl::GenericList shapes(c10::AnyType::get());
+    for (const auto& shape : b.shapes) shapes.push_back(int_list(shape));
+    bucket.insert("shapes", shapes);
+    bucket.insert("matrices", int_list(b.matrices));
+    bucket.insert("q", tensor_list(b.q, form));
+    bucket.insert("errors", tensor_list(b.errors, form));
+    buckets.push_back(bucket);
+  }
+  out.insert("buckets", buckets);
+  return out;
+}
+
 // Builds the checkpoint's value tree (Note [Checkpoint file]) with its tensors as `form` gives them,
 // adds the checksum (reading stand-ins through `tensors`, if given) and hands the tree to `write`.
 // The pickler memoizes a container that is referenced more than once when it is pickled, so the
@@ -385,6 +428,10 @@ void with_checkpoint_tree(const Checkpoint& c, const TensorForm& form, const det
   c10::impl::GenericList layout(c10::AnyType::get());
   for (const auto& bucket : c.bucket_layout) layout.push_back(int_list(bucket));
   extra.insert("bucket_layout", layout);
+  c10::impl::GenericList cuda_rng(c10::AnyType::get());
+  for (const auto& state : c.cuda_rng_states) cuda_rng.push_back(form(state));
+  extra.insert("cuda_rng_state", cuda_rng);
+  if (c.powersgd) extra.insert("powersgd", powersgd_entry(*c.powersgd, form));
   root.insert("extra_state", extra);
 
   Dict args = new_dict();
@@ -415,6 +462,53 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   with_checkpoint_tree(c, cpu_contiguous, nullptr, [&](const Dict& root) { bytes = detail::archive_bytes(root); });
   return bytes;
 }
+
+namespace {
+
+// The `powersgd` entry, checked for the shapes that PowerSgd::load_state relies on.
+PowerSgdState read_powersgd(const Reader& r, const Dict& d) {
+  PowerSgdState p;
+  p.update = r.integer(d, "update");
+  p.world_size = r.integer(d, "world_size");
+  if (p.world_size < 1 || p.update < -1) {
+    r.fail(fmt::format("the PowerSGD state (update {}, {} ranks) is impossible", p.update, p.world_size));
+  }
+  const c10::IValue buckets = r.at(d, "buckets");
+  if (!buckets.isList()) r.fail("the entry 'powersgd.buckets' is not a list");
+  for (const c10::IValue& entry : buckets.toList()) {
+    if (!entry.isGenericDict()) r.fail("the entry 'powersgd.buckets' is not a list of dicts");
+    const Dict b = entry.toGenericDict();
+    PowerSgdState::Bucket bucket;
+    bucket.index = r.integer(b, "index");
+    bucket.shapes = r.int_lists(b, "shapes");
+    bucket.matrices = r.ints(b, "matrices");
+    bucket.q = r.tensor_list(b, "q");
+    bucket.errors = r.tensor_list(b, "errors");
+    const size_t count = bucket.matrices.size();
+    if (bucket.q.size() != count || !(bucket.errors.empty() || bucket.errors.size() == count)) {
+      r.fail(fmt::format("PowerSGD bucket {} has {} matrices but {} Q and {} error tensors", bucket.index, count,
+                         bucket.q.size(), bucket.errors.size()));
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const int64_t view = bucket.matrices[k];
+      const bool known = view >= 0 && view < static_cast<int64_t>(bucket.shapes.size());
+      const bool fits = known && bucket.q[k].dim() == 2 &&
+                        (bucket.errors.empty() ||
+                         (bucket.errors[k].dim() == 3 && bucket.errors[k].size(0) == p.world_size));
+      if (!fits) {
+        r.fail(fmt::format("PowerSGD bucket {}, matrix {}: view {} of {}, Q of shape [{}], errors of shape [{}] for {} "
+                           "ranks do not fit together",
+                           bucket.index, k, view, bucket.shapes.size(), fmt::join(bucket.q[k].sizes(), ", "),
+                           bucket.errors.empty() ? std::string() : fmt::format("{}", fmt::join(bucket.errors[k].sizes(), ", ")),
+                           p.world_size));
+      }
+    }
+    p.buckets.push_back(std::move(bucket));
+  }
+  return p;
+}
+
+}  // namespace
 
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& source) {
   const Reader r(source);
@@ -477,6 +571,8 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.data_plan.update_freqs = r.ints(plan, "update_freqs");
   if (plan.contains("shares")) c.data_plan.shares = r.ints(plan, "shares");
   if (extra.contains("bucket_layout")) c.bucket_layout = r.int_lists(extra, "bucket_layout");
+  if (extra.contains("cuda_rng_state")) c.cuda_rng_states = r.tensor_list(extra, "cuda_rng_state");
+  if (extra.contains("powersgd")) c.powersgd = read_powersgd(r, r.dict(extra, "powersgd"));
   if (c.num_updates < 0 || c.epoch < 1 || c.offset < 0) {
     r.fail(fmt::format("the position (epoch {}, offset {}, {} updates) is impossible", c.epoch, c.offset,
                        c.num_updates));

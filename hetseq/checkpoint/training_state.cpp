@@ -1,5 +1,13 @@
 #include "hetseq/checkpoint/training_state.h"
 
+#include <algorithm>
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
 namespace hetseq {
 
 torch::Tensor cpu_copy(const torch::Tensor& t) {
@@ -15,6 +23,35 @@ std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn
     out.emplace_back(item.key(), cpu_copy(item.value()));
   }
   return out;
+}
+
+// The generators are reached through ATen's context, whose CUDA hooks a LibTorch without CUDA also has
+// (they fail there, so every call is behind the device count, 0 without CUDA).
+std::vector<torch::Tensor> cuda_rng_states() {
+  std::vector<torch::Tensor> out;
+  const auto devices = static_cast<int64_t>(torch::cuda::device_count());
+  for (int64_t i = 0; i < devices; ++i) {
+    auto gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    out.push_back(gen.get_state());
+  }
+  return out;
+}
+
+int64_t set_cuda_rng_states(const std::vector<torch::Tensor>& states, const std::string& source) {
+  const auto devices = std::min(static_cast<int64_t>(torch::cuda::device_count()), static_cast<int64_t>(states.size()));
+  for (int64_t i = 0; i < devices; ++i) {
+    auto gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    try {
+      gen.set_state(states[static_cast<size_t>(i)]);
+    } catch (const c10::Error& e) {
+      throw InputError(fmt::format("{}: the saved state of CUDA device {}'s generator ({} bytes) does not fit this "
+                                   "LibTorch's generator: {}; resume with the LibTorch that wrote it",
+                                   source, i, states[static_cast<size_t>(i)].numel(), e.what_without_backtrace()));
+    }
+  }
+  return devices;
 }
 
 }  // namespace hetseq

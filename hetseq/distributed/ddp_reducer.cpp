@@ -196,8 +196,8 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 // wire. Without loss scaling an overflow on the wire is an error naming the update (the Controller
 // refuses a non-finite gradient), which says to use bf16 or --fp16.
 //
-// powersgd: see Note [PowerSGD] (powersgd.cpp). Its state (error feedback, Q) lives in the process:
-// checkpoints do not keep it, so a resumed run starts the error feedback and the warm-up afresh.
+// powersgd: see Note [PowerSGD] (powersgd.cpp). Checkpoints keep its state (error feedback, Q, the
+// update count): see Note [PowerSGD in checkpoints].
 
 // The hook of every bucket: a SUM over the ranks as Note [Comm hooks] says. c10d's own hooks do the
 // same, but libtorch does not export their symbols. A failed or timed-out allreduce becomes a
@@ -499,6 +499,24 @@ std::vector<std::vector<int64_t>> DistributedReducer::bucket_layout() const {
     layout.push_back(std::move(members));
   }
   return layout;
+}
+
+std::optional<PowerSgdState> DistributedReducer::gather_comm_hook_state() {
+  if (!powersgd_) return std::nullopt;
+  return powersgd_->gather_state();
+}
+
+bool DistributedReducer::load_comm_hook_state(const std::optional<PowerSgdState>& state, const std::string& source) {
+  if (!powersgd_) return false;
+  if (!state) {
+    log::info("[powersgd] {} holds no PowerSGD state (written without --ddp-comm-hook powersgd, or by an earlier "
+              "hetseq): the error feedback starts from zero, and the {} uncompressed warm-up updates of "
+              "--powersgd-start-update run again",
+              source, options_.powersgd.start_update);
+    return true;
+  }
+  powersgd_->load_state(*state, source);
+  return true;
 }
 
 }  // namespace hetseq

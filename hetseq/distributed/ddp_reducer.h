@@ -81,6 +81,11 @@ class DistributedReducer final : public GradientReducer {
   /// the first update; see Note [Bucketed reduction]).
   std::vector<int64_t> bucket_sizes() const;
   std::vector<std::vector<int64_t>> bucket_layout() const override;
+  /// PowerSgd::gather_state with --ddp-comm-hook powersgd; none otherwise.
+  std::optional<PowerSgdState> gather_comm_hook_state() override;
+  /// PowerSgd::load_state with --ddp-comm-hook powersgd (logged when the checkpoint has no state for
+  /// it); false otherwise.
+  bool load_comm_hook_state(const std::optional<PowerSgdState>& state, const std::string& source) override;
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
 

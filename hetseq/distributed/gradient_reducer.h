@@ -1,7 +1,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "hetseq/checkpoint/training_state.h"
 #include "hetseq/task/task.h"
 
 namespace hetseq {
@@ -66,6 +69,15 @@ class GradientReducer {
   /// that take a gradient]; empty where there are no buckets. Checkpoints keep it, because with three
   /// or more ranks the layout changes the sums' rounding (Note [Bucketed reduction]).
   virtual std::vector<std::vector<int64_t>> bucket_layout() const { return {}; }
+  /// The comm hook's state between updates that a checkpoint keeps (PowerSGD's), gathered to rank 0:
+  /// a collective that every rank calls at the same point between updates (Checkpointer::save); none
+  /// without such a hook. See Note [PowerSGD in checkpoints].
+  virtual std::optional<PowerSgdState> gather_comm_hook_state() { return std::nullopt; }
+  /// On resume, before the first update: hands the checkpoint's comm hook state (absent in files
+  /// written without one) to the hook; returns whether a hook took it. `source` names the file.
+  virtual bool load_comm_hook_state(const std::optional<PowerSgdState>& state, const std::string& source) {
+    return false;
+  }
 
  protected:
   bool stop_vote_ = false;  // this rank's vote for the coming update

@@ -3,12 +3,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "hetseq/checkpoint/training_state.h"
 
 namespace hetseq {
 
@@ -60,6 +63,17 @@ class PowerSgd {
   c10::intrusive_ptr<c10::ivalue::Future> reduce(int64_t bucket, at::Tensor buffer,
                                                  const std::vector<at::Tensor>& grads);
 
+  /// Everything it keeps between updates, for a checkpoint (CPU copies). A collective over the group
+  /// (a gather of the error feedback to rank 0, none before compression started): every rank calls it
+  /// at the same point between updates, never while a reduction is in flight. Rank 0 gets every rank's
+  /// error feedback; on the other ranks `errors` is empty. See Note [PowerSGD in checkpoints].
+  PowerSgdState gather_state();
+  /// Takes back a gather_state() read from the checkpoint `source`, before the first reduce(): the
+  /// update count at once, each bucket's Q and this rank's error feedback at the bucket's first
+  /// reduce(), where its gradients' shapes are known; a bucket saved for other shapes starts afresh,
+  /// logged. See Note [PowerSGD in checkpoints].
+  void load_state(PowerSgdState state, const std::string& source);
+
   /// The index of the current update (the number of begin_update calls minus one).
   int64_t update() const { return update_; }
   const PowerSgdOptions& options() const { return options_; }
@@ -70,12 +84,19 @@ class PowerSgd {
   std::shared_ptr<detail::PowerSgdBucket> bucket_state(int64_t bucket, const at::Tensor& buffer,
                                                        const std::vector<at::Tensor>& grads);
 
+  /// Puts the saved state of one bucket into `state`, freshly built for the same bucket; returns why
+  /// it does not fit (empty: restored). Called with mutex_ held.
+  std::string restore_bucket(detail::PowerSgdBucket& state, const PowerSgdState::Bucket& saved) const;
+
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   PowerSgdOptions options_;
   int64_t update_ = -1;
   std::shared_ptr<detail::CollectiveSequence> sequence_;  // the order of this object's collectives
-  std::mutex mutex_;  // guards buckets_
+  std::mutex mutex_;  // guards buckets_ and the restored state
   std::unordered_map<int64_t, std::shared_ptr<detail::PowerSgdBucket>> buckets_;  // [bucket index]
+  std::unordered_map<int64_t, PowerSgdState::Bucket> restored_;  // [bucket index] from load_state, not yet used
+  int64_t restored_world_ = 1;  // the world size that restored_'s errors were saved by
+  std::string restored_from_;   // the checkpoint they came from, for the log
 };
 
 }  // namespace hetseq

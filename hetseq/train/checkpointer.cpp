@@ -28,12 +28,17 @@ Checkpoint Checkpointer::snapshot(Controller& controller, IteratorPosition next,
 
 void Checkpointer::save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan) {
   last_saved_ = controller.num_updates();
+  // A collective: every rank hands its part of the comm hook's state to rank 0, which writes it (Note
+  // [PowerSGD in checkpoints]).
+  std::optional<PowerSgdState> comm_hook_state = controller.gather_comm_hook_state();
   auto write = [&] {
     if (options_.rank != 0) return;
     const auto files = manager_.files_for(point);
     manager_.record(point);
     if (files.empty()) return;
-    const auto removed = manager_.write(snapshot(controller, next, plan), files);
+    Checkpoint checkpoint = snapshot(controller, next, plan);
+    checkpoint.powersgd = std::move(comm_hook_state);
+    const auto removed = manager_.write(checkpoint, files);
     std::vector<std::string> names;
     for (const auto& f : files) names.push_back(f.filename().string());
     log::info("[checkpoint] saved {} in {} (epoch {}, {} updates{})", fmt::join(names, ", "), options_.save.save_dir,

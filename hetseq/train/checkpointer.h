@@ -41,7 +41,8 @@ class Checkpointer {
   bool enabled() const { return !options_.save.no_save; }
 
   /// Saves the training state of `controller` at `point`; `next` is where training continues and
-  /// `plan` the data plan of the epoch being trained.
+  /// `plan` the data plan of the epoch being trained. Every rank calls it: it gathers the comm hook's
+  /// state to rank 0 (Controller::gather_comm_hook_state) before rank 0 writes.
   void save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan);
   /// The checkpoint that a save now would write (the ranks compare its digest at start).
   Checkpoint snapshot(Controller& controller, IteratorPosition next, const DataPlan& plan) const;

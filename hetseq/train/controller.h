@@ -77,10 +77,15 @@ class Controller {
   /// out when `with_optimizer_state` is false (--no-save-optimizer-state).
   TrainingState state(bool with_optimizer_state = true);
   /// Restores a state(): optimizer state and hyper-parameters (then the overrides), loss scale, LR
-  /// schedule, update count, meters and random generator, each unless reset. The model's weights are
+  /// schedule, update count, meters and random generators (CPU and CUDA), each unless reset, and hands
+  /// the comm hook's state to the gradient reducer. The model's weights are
   /// not touched (see load_model_tensors). Throws hetseq::InputError naming `source` when the
   /// optimizer or schedule kind differs without the matching reset flag.
   void load_state(const TrainingState& state, const ResumeOptions& options, const std::string& source);
+  /// The gradient reducer's comm hook state (PowerSGD's), gathered to rank 0 for a checkpoint, which
+  /// state() leaves out: a collective that every rank calls at each save (Checkpointer::save). See
+  /// Note [PowerSGD in checkpoints].
+  std::optional<PowerSgdState> gather_comm_hook_state() { return reducer_->gather_comm_hook_state(); }
 
   /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
   std::map<std::string, double> meter_state() const;
@@ -102,6 +107,8 @@ class Controller {
 
  private:
   void load_optimizer_state(const TrainingState& state, const std::string& source);
+  /// Restores TrainingState::cuda_rng_states where CUDA is available, logging what it cannot restore.
+  void load_cuda_rng_states(const std::vector<torch::Tensor>& states, const std::string& source);
   /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics and
   /// counts its reads of the device in `host_reads`.
   LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads);

@@ -1,5 +1,6 @@
 // The Controller's state as one value: Controller::state() and Controller::load_state().
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
@@ -8,6 +9,19 @@
 #include "hetseq/train/controller.h"
 
 namespace hetseq {
+
+// Note [Generator states in checkpoints]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A checkpoint keeps the state of the CPU generator and, where CUDA is available, of every visible
+// CUDA device's default generator ([device]), as rank 0 had them after the update it saved; every rank
+// restores them on resume. Within an update they matter little: train_update reseeds the CPU generator
+// and every CUDA generator (at::manual_seed seeds all devices of the accelerator) from (seed, update,
+// rank), so that dropout, on the CPU or a GPU, draws what the uninterrupted run drew whatever came
+// before. What the saved states carry is what is drawn outside an update, between the last update and
+// the next (a task's or user's code between updates, a sampled validation): after a resume it draws
+// what it would have drawn without the stop. A process that sees fewer or more CUDA devices than the
+// one that saved restores the devices both have, and says so; a file without CUDA states (saved by a
+// rank 0 without CUDA, or by an earlier hetseq) leaves the CUDA generators as they are, also said.
 
 TrainingState Controller::state(bool with_optimizer_state) {
   TrainingState s;
@@ -28,6 +42,7 @@ TrainingState Controller::state(bool with_optimizer_state) {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   s.rng_state = gen.get_state();
+  s.cuda_rng_states = cuda_rng_states();
   s.bucket_layout = reducer_->bucket_layout();
   return s;
 }
@@ -82,6 +97,29 @@ void Controller::load_state(const TrainingState& s, const ResumeOptions& options
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(s.rng_state);
+  }
+  load_cuda_rng_states(s.cuda_rng_states, source);
+  if (!reducer_->load_comm_hook_state(s.powersgd, source) && s.powersgd) {
+    log::info("[checkpoint] {} holds PowerSGD state, which this run does not use (no --ddp-comm-hook powersgd)",
+              source);
+  }
+}
+
+// See Note [Generator states in checkpoints].
+void Controller::load_cuda_rng_states(const std::vector<torch::Tensor>& states, const std::string& source) {
+  const auto devices = static_cast<int64_t>(torch::cuda::device_count());
+  if (devices == 0) return;
+  if (states.empty()) {
+    log::info("[checkpoint] {} holds no CUDA generator state (saved by a rank 0 without CUDA, or by an earlier "
+              "hetseq): the {} CUDA generator(s) keep their seeds",
+              source, devices);
+    return;
+  }
+  const int64_t set = set_cuda_rng_states(states, source);
+  if (set != static_cast<int64_t>(states.size()) || set != devices) {
+    log::info("[checkpoint] {} holds the generator states of {} CUDA device(s) and this process sees {}: restored "
+              "those of the first {}",
+              source, states.size(), devices, set);
   }
 }
 

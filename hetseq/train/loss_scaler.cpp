@@ -5,6 +5,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 namespace {
@@ -48,6 +49,33 @@ bool power_of_two(double x) {
 // updates since the scale last moved; after --fp16-scale-window updates in a row without overflow it
 // doubles. A scale driven below --min-loss-scale means the loss itself is inf or NaN: training stops
 // with an error rather than skipping updates forever.
+
+// Note [Loss scale window on resume]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A checkpoint keeps the scale and every counter of the schedule (updates without overflow since the
+// last overflow or growth, updates and overflows since the scale last moved, overflows in all) and the
+// window they count toward. Restored as saved, a resume continues the schedule exactly, mid-window
+// included: the scale moves at the same updates as in the run that did not stop.
+//
+// A resume that changes the split. The scale, the overflow counters and the tolerance share
+// (overflowing updates per update since the last move) do not depend on how an update's samples are
+// cut among the ranks: every rank feeds the scaler the same decision per update whatever the split
+// (Note [Loss scaling]). They are kept as saved.
+//
+// The window is another matter. Its default is HetSeq's, 2^14 micro-batches over all ranks
+// (MixedPrecisionOptions::default_scale_window): 16384 / M updates, M the ranks' micro-batches per
+// update, so another --update-freq or world size gives another window W in updates, while other batch
+// sizes or a balanced split keep it. The count c of updates without overflow is progress toward the
+// window, in the window's unit; a resume under a window W' != W carries it as the same share:
+//     c' = floor(c * W' / W).
+// Under the default window this keeps the micro-batches run without overflow (c * M = c' * M', up to
+// the rounding down), so the scale grows after as many clean micro-batches as it would have without the
+// stop. The alternatives are worse: keeping c in updates doubles the scale on the first update when
+// the window shrank below c, before the new split has run a single clean micro-batch more; resetting c
+// to 0 delays the growth by up to a whole window, and in a run that is resumed often, prevents it.
+// Rounding down errs toward the safe side: the scale grows one update later at most. The same rule
+// serves an explicit --fp16-scale-window changed on resume. A state without a window (an earlier
+// hetseq) is taken as counted under this run's window, which is what that hetseq did, and logged.
 
 void LossScalerOptions::validate() const {
   if (!power_of_two(init_scale)) {
@@ -107,7 +135,8 @@ std::map<std::string, double> DynamicLossScaler::state() const {
           {"clean_updates", static_cast<double>(clean_updates_)},
           {"updates_since_rescale", static_cast<double>(updates_since_rescale_)},
           {"overflows_since_rescale", static_cast<double>(overflows_since_rescale_)},
-          {"overflows", static_cast<double>(total_overflows_)}};
+          {"overflows", static_cast<double>(total_overflows_)},
+          {"scale_window", static_cast<double>(options_.scale_window)}};
 }
 
 void DynamicLossScaler::load_state(const std::map<std::string, double>& state, const std::string& source) {
@@ -121,10 +150,31 @@ void DynamicLossScaler::load_state(const std::map<std::string, double>& state, c
   const double scale = get("scale");
   if (!power_of_two(scale)) throw InputError(fmt::format("{}: the saved loss scale {} is not a power of two", source, scale));
   scale_ = scale;
-  clean_updates_ = static_cast<int64_t>(get("clean_updates"));
-  updates_since_rescale_ = static_cast<int64_t>(get("updates_since_rescale"));
-  overflows_since_rescale_ = static_cast<int64_t>(get("overflows_since_rescale"));
-  total_overflows_ = static_cast<int64_t>(get("overflows"));
+  auto clean = static_cast<int64_t>(get("clean_updates"));
+  const int64_t updates_since_rescale = static_cast<int64_t>(get("updates_since_rescale"));
+  const int64_t overflows_since_rescale = static_cast<int64_t>(get("overflows_since_rescale"));
+  const int64_t total_overflows = static_cast<int64_t>(get("overflows"));
+  // See Note [Loss scale window on resume].
+  const int64_t window = options_.scale_window;
+  if (state.find("scale_window") == state.end()) {
+    log::info("[fp16] {}: the loss scaler's state has no scale window (written by an earlier hetseq): its {} "
+              "updates without overflow count toward this run's window of {}",
+              source, clean, window);
+  } else if (const double saved = get("scale_window"); saved < 1 || saved != std::floor(saved)) {
+    throw InputError(fmt::format("{}: the loss scaler's saved window {} is not a positive whole number of updates",
+                                 source, saved));
+  } else if (const auto saved_window = static_cast<int64_t>(saved); saved_window != window) {
+    const int64_t carried = static_cast<int64_t>((static_cast<__int128>(clean) * window) / saved_window);
+    log::info("[fp16] {}: the loss scale window is {} updates now and was {} when saved (another --update-freq, "
+              "world size or --fp16-scale-window): the {} updates without overflow toward it count as {}, the same "
+              "share of the window (see Note [Loss scale window on resume])",
+              source, window, saved_window, clean, carried);
+    clean = carried;
+  }
+  clean_updates_ = clean;
+  updates_since_rescale_ = updates_since_rescale;
+  overflows_since_rescale_ = overflows_since_rescale;
+  total_overflows_ = total_overflows;
 }
 
 }  // namespace hetseq

@@ -38,9 +38,13 @@ class DynamicLossScaler {
   /// Updates and overflows seen, for logs.
   int64_t overflows() const { return total_overflows_; }
 
-  /// The scale and the counters that schedule it, as named numbers (for checkpoints).
+  /// The scale, the counters that schedule it and the window they count toward, as named numbers (for
+  /// checkpoints).
   std::map<std::string, double> state() const;
-  /// Restores a state(); throws hetseq::InputError naming `source` on a missing or impossible entry.
+  /// Restores a state(); a state saved under another scale window (another split under the default
+  /// window, or another --fp16-scale-window) has its count of updates without overflow carried as the
+  /// same share of this window, logged. See Note [Loss scale window on resume]. Throws
+  /// hetseq::InputError naming `source` on a missing or impossible entry.
   void load_state(const std::map<std::string, double>& state, const std::string& source);
 
   const LossScalerOptions& options() const { return options_; }

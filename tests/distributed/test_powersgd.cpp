@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -13,9 +15,12 @@
 
 #include <torch/torch.h>
 
+#include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
 #include "hetseq/distributed/powersgd.h"
 #include "support/rank_threads.h"
+#include "support/temp_dir.h"
 
 using hetseq::PowerSgd;
 using hetseq::PowerSgdOptions;
@@ -400,5 +405,280 @@ TEST_CASE("PowerSGD: a peer that never reaches the allreduce gives an InputError
                                                           : "allreduce of ") +
                                           "gradient bucket 3 ("));
     CHECK_THAT(message, Catch::Contains("Timed out"));
+  }
+}
+
+// ---- PowerSGD's state in checkpoints: see Note [PowerSGD in checkpoints] ----
+
+namespace {
+
+// Through a real checkpoint file: `state` written by save_checkpoint and read back by load_checkpoint.
+hetseq::PowerSgdState through_file(const hetseq::PowerSgdState& state, const std::string& dir) {
+  hetseq::Checkpoint c;
+  c.powersgd = state;
+  const std::filesystem::path path = std::filesystem::path(dir) / "powersgd.pt";
+  hetseq::save_checkpoint(c, {path});
+  auto loaded = hetseq::load_checkpoint(path).powersgd;
+  if (!loaded) throw std::runtime_error("the checkpoint lost its PowerSGD state");
+  return *loaded;
+}
+
+// `state` with every rank's error feedback zero: what a resume that dropped it would start from.
+hetseq::PowerSgdState without_errors(hetseq::PowerSgdState state) {
+  for (auto& b : state.buckets) {
+    for (auto& e : b.errors) e = torch::zeros_like(e);
+  }
+  return state;
+}
+
+// Two buckets as a model's: a compressed 16 x 12 matrix with a vector, and a 10 x 8 matrix.
+const std::vector<Shapes> kCheckpointBuckets{{{16, 12}, {12}}, {{10, 8}}};
+
+// Random inputs [update][bucket][rank].
+std::vector<std::vector<std::vector<Views>>> random_inputs(int updates, int world) {
+  std::vector<std::vector<std::vector<Views>>> inputs(updates);
+  for (auto& update : inputs) {
+    for (const auto& s : kCheckpointBuckets) {
+      update.emplace_back();
+      for (int r = 0; r < world; ++r) update.back().push_back(random_views(s));
+    }
+  }
+  return inputs;
+}
+
+// One update of every bucket (all started before any is waited for); returns [bucket] the results.
+std::vector<Views> reduce_update(PowerSgd& psgd, std::vector<Bucket>& buckets,
+                                 const std::vector<std::vector<Views>>& update, int rank) {
+  psgd.begin_update();
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const Views& values = update[b][rank];
+    for (size_t i = 0; i < values.size(); ++i) buckets[b].grads[i].copy_(values[i]);
+    futures.push_back(psgd.reduce(static_cast<int64_t>(b), buckets[b].buffer, buckets[b].grads));
+  }
+  std::vector<Views> out;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    futures[b]->waitAndThrow();
+    Views views;
+    for (const auto& g : buckets[b].grads) views.push_back(g.to(torch::kFloat64));
+    out.push_back(views);
+  }
+  return out;
+}
+
+std::vector<Bucket> checkpoint_buckets() {
+  std::vector<Bucket> out;
+  for (const auto& s : kCheckpointBuckets) out.push_back(make_bucket(s));
+  return out;
+}
+
+// Largest rel_diff over the buckets of one update's results.
+double update_rel_diff(const std::vector<Views>& a, const std::vector<Views>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, rel_diff(a[i], b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("PowerSGD state through a checkpoint file: the restored run continues bit for bit, warm-up count included",
+          "[distributed][powersgd][checkpoint]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 2;
+  constexpr int kUpdates = 6;
+  constexpr int kSaveAfter = 3;  // updates 0..2 before the save; update 0 is the warm-up
+  torch::manual_seed(11);
+  const auto inputs = random_inputs(kUpdates, kWorld);
+  hetseq::test::TempDir dir;
+  PowerSgdOptions options;
+  options.start_update = 1;
+  options.seed = 5;
+  std::vector<std::vector<std::vector<Views>>> straight(kWorld), resumed(kWorld);  // [rank][update][bucket]
+  std::vector<hetseq::PowerSgdState> saved(kWorld);                                // [rank] gather_state's answer
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    PowerSgd psgd(group, options);
+    auto buckets = checkpoint_buckets();
+    for (int u = 0; u < kUpdates; ++u) {
+      straight[rank].push_back(reduce_update(psgd, buckets, inputs[u], rank));
+      if (u == kSaveAfter - 1) saved[rank] = psgd.gather_state();
+    }
+  });
+  // Rank 0 writes the checkpoint; every rank of the resumed run reads it.
+  const hetseq::PowerSgdState file = through_file(saved[0], dir.path());
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    PowerSgd psgd(group, options);
+    psgd.load_state(file, "ck.pt");
+    auto buckets = checkpoint_buckets();
+    for (int u = kSaveAfter; u < kUpdates; ++u) resumed[rank].push_back(reduce_update(psgd, buckets, inputs[u], rank));
+  });
+
+  REQUIRE(file.update == kSaveAfter - 1);
+  REQUIRE(file.world_size == kWorld);
+  REQUIRE(file.buckets.size() == 2);
+  CHECK(file.buckets[0].matrices == std::vector<int64_t>{0});
+  CHECK(file.buckets[0].errors[0].sizes().vec() == std::vector<int64_t>{kWorld, 16, 12});
+  CHECK(file.buckets[1].errors[0].sizes().vec() == std::vector<int64_t>{kWorld, 10, 8});
+  for (const auto& b : file.buckets) {
+    CHECK(b.errors[0][0].abs().max().item<double>() > 0);  // two ranks, two different errors
+    CHECK_FALSE(b.errors[0][0].equal(b.errors[0][1]));
+  }
+  CHECK(saved[1].buckets.size() == 2);
+  CHECK(saved[1].buckets[0].errors.empty());  // only rank 0 gets the errors
+  CHECK(saved[1].buckets[0].q[0].equal(saved[0].buckets[0].q[0]));  // Q is the same on every rank
+  for (int r = 0; r < kWorld; ++r) {
+    for (int u = kSaveAfter; u < kUpdates; ++u) {
+      for (size_t b = 0; b < kCheckpointBuckets.size(); ++b) {
+        CAPTURE(r, u, b);
+        CHECK(all_equal(resumed[r][u - kSaveAfter][b], straight[r][u][b]));
+      }
+    }
+  }
+}
+
+TEST_CASE("PowerSGD state restored under another split carries the total error: the next result is the "
+          "uninterrupted run's for the same summed gradient",
+          "[distributed][powersgd][checkpoint]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 2;
+  torch::manual_seed(12);
+  const auto inputs = random_inputs(3, kWorld);
+  // Update 2 cut otherwise: rank 0's part of the sum moves to rank 1 (the sum is the same in float64).
+  auto recut = inputs[2];
+  for (size_t b = 0; b < recut.size(); ++b) {
+    for (size_t i = 0; i < recut[b][0].size(); ++i) {
+      const torch::Tensor moved = recut[b][0][i] * 0.75;
+      recut[b][1][i] = recut[b][1][i] + moved;
+      recut[b][0][i] = recut[b][0][i] - moved;
+    }
+  }
+  std::vector<std::vector<Views>> straight(kWorld);  // [rank][bucket] update 2 of the uninterrupted run
+  std::vector<std::vector<Views>> resumed(kWorld), dropped(kWorld);
+  hetseq::PowerSgdState saved;
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    PowerSgd psgd(group, PowerSgdOptions{});
+    auto buckets = checkpoint_buckets();
+    reduce_update(psgd, buckets, inputs[0], rank);
+    reduce_update(psgd, buckets, inputs[1], rank);
+    hetseq::PowerSgdState s = psgd.gather_state();
+    if (rank == 0) saved = s;
+    straight[rank] = reduce_update(psgd, buckets, inputs[2], rank);
+  });
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    auto buckets = checkpoint_buckets();
+    PowerSgd psgd(group, PowerSgdOptions{});
+    psgd.load_state(saved, "ck.pt");
+    resumed[rank] = reduce_update(psgd, buckets, recut, rank);
+    PowerSgd without(group, PowerSgdOptions{});
+    without.load_state(without_errors(saved), "ck.pt");
+    dropped[rank] = reduce_update(without, buckets, recut, rank);
+  });
+  const double diff = update_rel_diff(resumed[0], straight[0]);
+  const double diff_dropped = update_rel_diff(dropped[0], straight[0]);
+  CAPTURE(diff, diff_dropped);
+  CHECK(diff < 1e-5);          // float32 rounding of the other cut only
+  CHECK(diff_dropped > 1e-2);  // what the error feedback is worth in this update
+  CHECK(all_equal(resumed[1][0], resumed[0][0]));
+}
+
+TEST_CASE("PowerSGD state saved by 3 ranks and restored on 2: rank 0 takes the summed error, the total is kept",
+          "[distributed][powersgd][checkpoint]") {
+  OneIntraOpThread one_thread;
+  torch::manual_seed(13);
+  const auto inputs = random_inputs(3, 3);
+  // Update 2 on two ranks: rank 0 gets what ranks 0 and 1 had, rank 1 what rank 2 had.
+  std::vector<std::vector<Views>> two(kCheckpointBuckets.size());  // [bucket][rank]
+  for (size_t b = 0; b < two.size(); ++b) {
+    Views first;
+    for (size_t i = 0; i < inputs[2][b][0].size(); ++i) first.push_back(inputs[2][b][0][i] + inputs[2][b][1][i]);
+    two[b] = {first, inputs[2][b][2]};
+  }
+  std::vector<std::vector<Views>> straight(3), resumed(2), dropped(2);  // [rank][bucket]
+  hetseq::PowerSgdState saved;
+  run_ranks(3, [&](int rank, const Group& group) {
+    PowerSgd psgd(group, PowerSgdOptions{});
+    auto buckets = checkpoint_buckets();
+    reduce_update(psgd, buckets, inputs[0], rank);
+    reduce_update(psgd, buckets, inputs[1], rank);
+    hetseq::PowerSgdState s = psgd.gather_state();
+    if (rank == 0) saved = s;
+    straight[rank] = reduce_update(psgd, buckets, inputs[2], rank);
+  });
+  REQUIRE(saved.world_size == 3);
+  hetseq::log::begin_capture();
+  run_ranks(2, [&](int rank, const Group& group) {
+    auto buckets = checkpoint_buckets();
+    PowerSgd psgd(group, PowerSgdOptions{});
+    psgd.load_state(saved, "ck.pt");
+    resumed[rank] = reduce_update(psgd, buckets, two, rank);
+    PowerSgd without(group, PowerSgdOptions{});
+    without.load_state(without_errors(saved), "ck.pt");
+    dropped[rank] = reduce_update(without, buckets, two, rank);
+  });
+  const auto lines = hetseq::log::end_capture();
+  const double diff = update_rel_diff(resumed[0], straight[0]);
+  const double diff_dropped = update_rel_diff(dropped[0], straight[0]);
+  CAPTURE(diff, diff_dropped);
+  CHECK(diff < 1e-5);
+  CHECK(diff_dropped > 1e-2);
+  CHECK(all_equal(resumed[1][0], resumed[0][0]));
+  CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("the errors were saved by 3 ranks and this run has 2: rank 0 takes their sum") != std::string::npos;
+  }));
+}
+
+TEST_CASE("PowerSGD state that does not fit a bucket is dropped for that bucket, saying why",
+          "[distributed][powersgd][checkpoint]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 2;
+  torch::manual_seed(14);
+  const auto inputs = random_inputs(2, kWorld);
+  hetseq::PowerSgdState saved;
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    PowerSgd psgd(group, PowerSgdOptions{});
+    auto buckets = checkpoint_buckets();
+    reduce_update(psgd, buckets, inputs[0], rank);
+    hetseq::PowerSgdState s = psgd.gather_state();
+    if (rank == 0) saved = s;
+  });
+  struct Case {
+    std::string name;
+    std::function<void(hetseq::PowerSgdState&, PowerSgdOptions&)> change;
+    std::string why;
+  };
+  const std::vector<Case> cases{
+      {"other shapes", [](hetseq::PowerSgdState& s, PowerSgdOptions&) { s.buckets[1].shapes = {{8, 10}}; },
+       "gradient bucket 1 of ck.pt does not fit this run (its gradients have other shapes than when it was saved)"},
+      {"another --powersgd-rank", [](hetseq::PowerSgdState&, PowerSgdOptions& o) { o.rank = 2; },
+       "gradient bucket 0 of ck.pt does not fit this run (the Q of view 0 is [12, 1], now [12, 2]; was "
+       "--powersgd-rank changed?)"}};
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      hetseq::PowerSgdState state = saved;
+      PowerSgdOptions options;
+      c.change(state, options);
+      std::vector<std::vector<Views>> restored(kWorld), fresh(kWorld);  // [rank][bucket]
+      hetseq::log::begin_capture();
+      run_ranks(kWorld, [&](int rank, const Group& group) {
+        auto buckets = checkpoint_buckets();
+        PowerSgd psgd(group, options);
+        psgd.load_state(state, "ck.pt");
+        psgd.begin_update();  // update 1 of the saved run: its second update
+        restored[rank].clear();
+        PowerSgd other(group, options);
+        other.begin_update();
+        for (size_t b = 0; b < buckets.size(); ++b) {
+          const Views& v = inputs[1][b][rank];
+          restored[rank].push_back(reduce(psgd, static_cast<int64_t>(b), buckets[b], v));
+          fresh[rank].push_back(reduce(other, static_cast<int64_t>(b), buckets[b], v));
+        }
+      });
+      const auto lines = hetseq::log::end_capture();
+      INFO(fmt::format("{}", fmt::join(lines, "\n")));
+      CHECK(std::any_of(lines.begin(), lines.end(),
+                        [&](const std::string& l) { return l.find(c.why) != std::string::npos; }));
+      const size_t dropped_bucket = c.name == "other shapes" ? 1 : 0;
+      for (int r = 0; r < kWorld; ++r) CHECK(all_equal(restored[r][dropped_bucket], fresh[r][dropped_bucket]));
+      if (c.name == "other shapes") CHECK_FALSE(all_equal(restored[0][0], fresh[0][0]));  // bucket 0 was restored
+    }
   }
 }
