@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "hetseq/core/format.h"
 #include <torch/torch.h>
@@ -36,18 +37,26 @@ Adadelta::Adadelta(std::vector<torch::Tensor> params, const AdadeltaOptions& opt
     : Optimizer(std::move(params), validated(options).lr), options_(options) {}
 
 void Adadelta::step() {
-  apply_update([this](size_t i, torch::Tensor& p, const torch::Tensor& grad) {
+  // One _foreach_* call per operation and group: see Note [Update groups].
+  apply_update([this](UpdateGroup& group) {
     const double rho = options_.rho;
     const double eps = options_.eps;
-    torch::Tensor& square_avg = buffer(i, "square_avg", p);
-    torch::Tensor& acc_delta = buffer(i, "acc_delta", p);
+    std::vector<torch::Tensor> square_avg = buffers(group, "square_avg");  // [member]
+    std::vector<torch::Tensor> acc_delta = buffers(group, "acc_delta");    // [member]
 
-    const torch::Tensor g = options_.weight_decay != 0 ? grad.add(p, options_.weight_decay) : grad;
-    square_avg.mul_(rho).addcmul_(g, g, 1 - rho);
-    const torch::Tensor std = square_avg.add(eps).sqrt_();
-    const torch::Tensor delta = acc_delta.add(eps).sqrt_().div_(std).mul_(g);
-    p.add_(delta, -lr());
-    acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
+    const std::vector<torch::Tensor> g =  // [member]
+        options_.weight_decay != 0 ? at::_foreach_add(group.grads, group.params, options_.weight_decay) : group.grads;
+    at::_foreach_mul_(square_avg, rho);
+    at::_foreach_addcmul_(square_avg, g, g, 1 - rho);
+    std::vector<torch::Tensor> std_dev = at::_foreach_add(square_avg, eps);  // [member]
+    at::_foreach_sqrt_(std_dev);
+    std::vector<torch::Tensor> delta = at::_foreach_add(acc_delta, eps);  // [member]
+    at::_foreach_sqrt_(delta);
+    at::_foreach_div_(delta, std_dev);
+    at::_foreach_mul_(delta, g);
+    at::_foreach_add_(group.params, delta, -lr());
+    at::_foreach_mul_(acc_delta, rho);
+    at::_foreach_addcmul_(acc_delta, delta, delta, 1 - rho);
   });
 }
 

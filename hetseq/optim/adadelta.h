@@ -24,7 +24,8 @@ struct AdadeltaOptions {
 ///   g += weight_decay * p   (when weight_decay != 0)
 ///   sq = rho*sq + (1-rho)*g*g;  std = sqrt(sq + eps);  delta = sqrt(acc + eps) / std * g
 ///   p -= lr * delta;  acc = rho*acc + (1-rho)*delta*delta
-/// Buffers: "square_avg" (sq) and "acc_delta" (acc).
+/// Buffers: "square_avg" (sq) and "acc_delta" (acc). One kernel call per operation and group of
+/// parameters, see Note [Update groups].
 class Adadelta : public Optimizer {
  public:
   /// Throws hetseq::UsageError naming the flag (`--lr`, `--adadelta_rho`, `--adadelta_eps`,

@@ -37,24 +37,89 @@ const AdamOptions& validated(const AdamOptions& o) {
 Adam::Adam(std::vector<torch::Tensor> params, const AdamOptions& options)
     : Optimizer(std::move(params), validated(options).lr), options_(options) {}
 
+// Note [Fused Adam]
+// ~~~~~~~~~~~~~~~~~
+// fairseq's Adam (adam.h) puts epsilon outside the bias correction of the second moment:
+//   p -= lr * sqrt(bc2) / bc1 * m / (sqrt(v) + eps)            with bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
+// LibTorch's fused kernel (_fused_adamw_, on CPU and CUDA) computes torch.optim.AdamW's form,
+//   p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps')
+// which is the same update when eps' = eps / sqrt(bc2): multiply its numerator and denominator by sqrt(bc2).
+// eps' depends on t, one reason why a group shares its update count (Note [Update groups]). Its decoupled
+// weight decay, p *= 1 - lr * weight_decay, is fairseq's p -= weight_decay * lr * p.
+//
+// The result is close to the per-operation form, not equal: the kernel keeps each element in registers
+// through the whole update (no rounding of m, v and the denominator to memory in between, maybe fused
+// multiply-adds), it updates m with a lerp, and it divides by sqrt(bc2) instead of multiplying by it. Each
+// step differs by a few ulp per element (tests/optim/test_foreach_optimizers.cpp bounds it). The update is
+// still deterministic, so W ranks and one process, or a run and its resume, stay bit-equal to each other.
+// The kernel reads the update count from a float tensor per member and does not increment it.
+
+namespace {
+
+/// fairseq's Adam, one _foreach_* call per operation: on a CPU bit-equal to the per-parameter form.
+void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<torch::Tensor>& params,
+                  const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
+                  std::vector<torch::Tensor>& exp_avg_sq) {
+  at::_foreach_mul_(exp_avg, o.beta1);
+  at::_foreach_add_(exp_avg, grads, 1 - o.beta1);
+  at::_foreach_mul_(exp_avg_sq, o.beta2);
+  at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - o.beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);  // [member]
+  at::_foreach_add_(denom, o.eps);
+
+  const auto t = static_cast<double>(step);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);
+  const double step_size = lr * std::sqrt(bias_correction2) / bias_correction1;
+
+  if (o.weight_decay != 0) at::_foreach_add_(params, params, -o.weight_decay * lr);
+  at::_foreach_addcdiv_(params, exp_avg, denom, -step_size);
+}
+
+/// The same update through the fused kernel. See Note [Fused Adam].
+void fused_adam(const AdamOptions& o, double lr, int64_t step, std::vector<torch::Tensor>& params,
+                std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
+                std::vector<torch::Tensor>& exp_avg_sq) {
+  const auto t = static_cast<double>(step);
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);
+  // One float per member holding t, on the members' device (the kernel only reads them).
+  const std::vector<torch::Tensor> steps =
+      torch::full({static_cast<int64_t>(params.size())}, t, params.front().options().dtype(torch::kFloat))
+          .unbind(0);  // [member]
+  at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, lr, o.beta1, o.beta2,
+                    o.weight_decay, o.eps / std::sqrt(bias_correction2), /*amsgrad=*/false, /*maximize=*/false);
+}
+
+/// Whether the fused kernel can take member k: it walks the memory of the parameter, gradient and buffers
+/// in step, so all must be dense with the parameter's dtype and layout.
+bool fusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v) {
+  for (const torch::Tensor* t : {&p, &g, &m, &v}) {
+    if (!t->is_contiguous() || t->scalar_type() != p.scalar_type()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Adam::step() {
-  apply_update([this](size_t i, torch::Tensor& p, const torch::Tensor& g) {
-    const double beta1 = options_.beta1;
-    const double beta2 = options_.beta2;
-    torch::Tensor& exp_avg = buffer(i, "exp_avg", p);
-    torch::Tensor& exp_avg_sq = buffer(i, "exp_avg_sq", p);
-
-    exp_avg.mul_(beta1).add_(g, 1 - beta1);
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2);
-    const torch::Tensor denom = exp_avg_sq.sqrt().add_(options_.eps);
-
-    const auto t = static_cast<double>(param_step(i));
-    const double bias_correction1 = 1 - std::pow(beta1, t);
-    const double bias_correction2 = 1 - std::pow(beta2, t);
-    const double step_size = lr() * std::sqrt(bias_correction2) / bias_correction1;
-
-    if (options_.weight_decay != 0) p.add_(p, -options_.weight_decay * lr());
-    p.addcdiv_(exp_avg, denom, -step_size);
+  apply_update([this](UpdateGroup& group) {
+    std::vector<torch::Tensor> exp_avg = buffers(group, "exp_avg");        // [member]
+    std::vector<torch::Tensor> exp_avg_sq = buffers(group, "exp_avg_sq");  // [member]
+    if (!options_.fused) {
+      foreach_adam(options_, lr(), group.step, group.params, group.grads, exp_avg, exp_avg_sq);
+      return;
+    }
+    // [fused member], [other member]: a non-contiguous member goes through the foreach kernels.
+    std::vector<torch::Tensor> fp, fg, fm, fv, op, og, om, ov;
+    for (size_t k = 0; k < group.params.size(); ++k) {
+      const bool fuse = fusable(group.params[k], group.grads[k], exp_avg[k], exp_avg_sq[k]);
+      (fuse ? fp : op).push_back(group.params[k]);
+      (fuse ? fg : og).push_back(group.grads[k]);
+      (fuse ? fm : om).push_back(exp_avg[k]);
+      (fuse ? fv : ov).push_back(exp_avg_sq[k]);
+    }
+    if (!fp.empty()) fused_adam(options_, lr(), group.step, fp, fg, fm, fv);
+    if (!op.empty()) foreach_adam(options_, lr(), group.step, op, og, om, ov);
   });
 }
 

@@ -18,6 +18,10 @@ struct AdamOptions {
   double eps = 1e-8;
   /// Decoupled weight decay (AdamW style): p -= weight_decay * lr * p before the Adam update.
   double weight_decay = 0;
+  /// Steps through LibTorch's fused AdamW kernel (one pass over each group's memory; within a few ulp of the
+  /// formula below, see Note [Fused Adam]). false: through _foreach_* kernels, bit-equal on a CPU to the
+  /// formula evaluated one operation at a time. Not a flag: library users and the benchmark choose.
+  bool fused = true;
 };
 
 /// HetSeq's (fairseq's) Adam with decoupled weight decay. Per parameter p with gradient g and its own
@@ -26,7 +30,8 @@ struct AdamOptions {
 ///   step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
 ///   p -= weight_decay * lr * p   (when weight_decay != 0, on the current p)
 ///   p -= step_size * m / denom
-/// Buffers: "exp_avg" (m) and "exp_avg_sq" (v). fp16/bf16 parameters are updated in fp32.
+/// Buffers: "exp_avg" (m) and "exp_avg_sq" (v). fp16/bf16 parameters are updated in fp32. One kernel call
+/// per group of parameters, see Note [Update groups].
 class Adam : public Optimizer {
  public:
   /// Throws hetseq::UsageError naming the flag (`--lr`, `--adam-betas`, `--adam-eps`, `--weight-decay`)

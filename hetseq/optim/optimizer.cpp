@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "hetseq/core/format.h"
@@ -20,7 +21,7 @@ namespace hetseq::optim {
 // They live in the base class, `buffers_[param][buffer name]`, and are created at a parameter's first
 // update, so a parameter that never had a gradient has neither buffers nor a count (as in fairseq,
 // whose Adam keeps `state['step']` per parameter; the bias correction of Adam uses that count, not
-// num_steps()).
+// num_steps()). step() updates the parameters in groups that share this count, see Note [Update groups].
 //
 // The checkpoint form is a flat map of tensors:
 //   "lr"               0-dim double, the learning rate of the next step
@@ -96,27 +97,71 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+// Note [Update groups]
+// ~~~~~~~~~~~~~~~~~~~~
+// step() runs each operation of an update once per group of parameters (LibTorch's _foreach_* and _fused_*
+// kernels over a tensor list), not once per parameter: on a GPU one launch instead of one per tensor, on a CPU
+// one dispatch. A group holds the parameters with a gradient that share
+//   - the device and the compute dtype (a foreach kernel's fast path needs one of each), and
+//   - the update count param_step(i). Adam's bias correction depends on it (see Note [Optimizer state]); a
+//     parameter that had no gradient on some update (unused on every rank with --find-unused-parameters)
+//     counts fewer updates than the rest and is updated in a group of its own, with its own correction.
+// Members are in ascending parameter order; groups are independent, so their order does not matter.
+//
+// On a CPU the _foreach_* kernels apply the per-tensor operation to each member in turn, so an update through
+// them is bit-equal to the per-parameter update it replaced (tests/optim/test_foreach_optimizers.cpp checks
+// this over several steps). On CUDA their fast path computes each element in the op-math type of the dtype
+// (float for fp32, fp16, bf16), as the per-tensor kernels do. Adam's fused kernel is the exception that is
+// only close, not equal: see Note [Fused Adam].
+
 void Optimizer::apply_update(const UpdateFn& update) {
   torch::NoGradGuard no_grad;
   ++num_steps_;
   for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& g = params_[i].grad();
+    if (g.defined() && g.is_sparse()) {
+      throw InputError(fmt::format("optimizer '{}': parameter {} (shape {}) has a sparse gradient, which is "
+                                   "not supported; use dense embeddings",
+                                   name(), i, shape_str(params_[i].sizes())));
+    }
+  }
+  // (device type, device index, compute dtype, update count) -> group. See Note [Update groups].
+  using Key = std::tuple<int, int, int, int64_t>;
+  std::map<Key, UpdateGroup> groups;
+  // The fp16/bf16 parameters of each group, to be written back from their fp32 copies: [group][reduced member]
+  std::map<Key, std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>> write_back;  // (to, from)
+  for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i];
     const torch::Tensor& g = p.grad();
     if (!g.defined()) continue;
-    if (g.is_sparse()) {
-      throw InputError(fmt::format("optimizer '{}': parameter {} (shape {}) has a sparse gradient, which is "
-                                   "not supported; use dense embeddings",
-                                   name(), i, shape_str(p.sizes())));
-    }
     ++param_steps_[i];
+    const torch::ScalarType dtype = compute_dtype(p);
+    const Key key{static_cast<int>(p.device().type()), static_cast<int>(p.device().index()), static_cast<int>(dtype),
+                  param_steps_[i]};
+    UpdateGroup& group = groups[key];
+    group.step = param_steps_[i];
+    group.index.push_back(i);
     if (is_reduced_precision(p)) {
-      torch::Tensor work = p.to(torch::kFloat);
-      update(i, work, g.to(torch::kFloat));
-      p.copy_(work);
+      group.params.push_back(p.to(dtype));
+      write_back[key].first.push_back(p);
+      write_back[key].second.push_back(group.params.back());
     } else {
-      update(i, p, g);
+      group.params.push_back(p);
     }
+    group.grads.push_back(g.scalar_type() == dtype ? g : g.to(dtype));
   }
+  for (auto& [key, group] : groups) {
+    update(group);
+    const auto reduced = write_back.find(key);
+    if (reduced != write_back.end()) at::_foreach_copy_(reduced->second.first, reduced->second.second);
+  }
+}
+
+std::vector<torch::Tensor> Optimizer::buffers(const UpdateGroup& group, const std::string& name) {
+  std::vector<torch::Tensor> out;  // [member]
+  out.reserve(group.index.size());
+  for (size_t k = 0; k < group.index.size(); ++k) out.push_back(buffer(group.index[k], name, group.params[k]));
+  return out;
 }
 
 bool Optimizer::has_buffer(size_t i, const std::string& name) const { return buffers_.at(i).count(name) > 0; }

@@ -69,13 +69,25 @@ class Optimizer {
   /// parameter's shape. load_state() requires all of them (or none) for every parameter.
   virtual std::vector<std::string> buffer_names() const = 0;
 
-  /// The body of a subclass's step(): calls `update(i, param, grad)` under NoGradGuard for every
-  /// parameter `i` that has a gradient, after counting the step (num_steps() and param_step(i) are
-  /// already incremented when `update` runs). `param` and `grad` are in the compute precision: for
-  /// fp16/bf16 parameters they are fp32 copies and `param` is copied back afterwards.
-  /// Throws hetseq::InputError on a sparse gradient.
-  using UpdateFn = std::function<void(size_t i, torch::Tensor& param, const torch::Tensor& grad)>;
+  /// The parameters that one kernel call of step() updates: those with a gradient that share a device, a
+  /// compute dtype and an update count. See Note [Update groups].
+  struct UpdateGroup {
+    int64_t step = 0;                   ///< the members' update count, counting this update (1-based)
+    std::vector<size_t> index;          ///< [member] the parameter's position in params(), ascending
+    std::vector<torch::Tensor> params;  ///< [member] in the compute precision (fp32 copies of fp16/bf16 ones)
+    std::vector<torch::Tensor> grads;   ///< [member] in the compute precision
+  };
+
+  /// The body of a subclass's step(): counts the step (num_steps() and param_step(i) of every parameter with
+  /// a gradient are incremented before `update` runs), then calls `update(group)` under NoGradGuard once per
+  /// UpdateGroup. For fp16/bf16 parameters the group holds fp32 copies, written back after `update`.
+  /// Throws hetseq::InputError on a sparse gradient, before anything is updated.
+  using UpdateFn = std::function<void(UpdateGroup& group)>;
   void apply_update(const UpdateFn& update);
+
+  /// The buffer `name` of every member of `group`, created as zeros like the member where missing. The
+  /// tensors alias the stored buffers: update them in place. [member]
+  std::vector<torch::Tensor> buffers(const UpdateGroup& group, const std::string& name);
 
   /// How many updates parameter `i` has received, counting the current one inside `update`.
   int64_t param_step(size_t i) const { return param_steps_.at(i); }

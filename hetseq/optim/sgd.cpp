@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "hetseq/core/format.h"
 #include <torch/torch.h>
@@ -38,17 +39,28 @@ std::vector<std::string> Sgd::buffer_names() const {
 }
 
 void Sgd::step() {
-  apply_update([this](size_t i, torch::Tensor& p, const torch::Tensor& grad) {
-    torch::Tensor d_p = options_.weight_decay != 0 ? grad.add(p, options_.weight_decay) : grad;
+  // One _foreach_* call per operation and group: see Note [Update groups].
+  apply_update([this](UpdateGroup& group) {
+    std::vector<torch::Tensor> d_p =  // [member]
+        options_.weight_decay != 0 ? at::_foreach_add(group.grads, group.params, options_.weight_decay) : group.grads;
     if (options_.momentum != 0) {
-      if (!has_buffer(i, "momentum_buffer")) {
-        set_buffer(i, "momentum_buffer", d_p.clone());
-      } else {
-        buffer(i, "momentum_buffer", p).mul_(options_.momentum).add_(d_p);
+      std::vector<torch::Tensor> bufs, adds;  // [member with a buffer]
+      for (size_t k = 0; k < group.index.size(); ++k) {
+        const size_t i = group.index[k];
+        if (!has_buffer(i, "momentum_buffer")) {
+          set_buffer(i, "momentum_buffer", d_p[k].clone());  // the parameter's first update with momentum
+        } else {
+          bufs.push_back(buffer(i, "momentum_buffer", group.params[k]));
+          adds.push_back(d_p[k]);
+        }
       }
-      d_p = buffer(i, "momentum_buffer", p);
+      if (!bufs.empty()) {
+        at::_foreach_mul_(bufs, options_.momentum);
+        at::_foreach_add_(bufs, adds);
+      }
+      d_p = buffers(group, "momentum_buffer");
     }
-    p.add_(d_p, -lr());
+    at::_foreach_add_(group.params, d_p, -lr());
   });
 }
 

@@ -23,7 +23,8 @@ struct SgdOptions {
 ///   g += weight_decay * p            (when weight_decay != 0)
 ///   buf = g at the first update, then buf = momentum*buf + g; g = buf   (when momentum != 0)
 ///   p -= lr * g
-/// Buffer: "momentum_buffer" (only when momentum != 0).
+/// Buffer: "momentum_buffer" (only when momentum != 0). One kernel call per operation and group of
+/// parameters, see Note [Update groups].
 class Sgd : public Optimizer {
  public:
   /// Throws hetseq::UsageError naming the flag (`--lr`, `--momentum`, `--weight-decay`) when an option

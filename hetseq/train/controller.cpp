@@ -1,7 +1,10 @@
 #include "hetseq/train/controller.h"
 
 #include <cmath>
+#include <map>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include <torch/nn/utils/clip_grad.h>
 
@@ -188,23 +191,49 @@ torch::Tensor Controller::zero_loss() {
   return zero;
 }
 
+// Note [Gradient norm in one pass]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// After the reduction every gradient is divided by N * S, its norm is taken, the norm is checked for overflow
+// and the gradients are clipped, through foreach kernels: per group of gradients with one device and dtype,
+// one call divides, one computes the per-tensor norms and one clips; one reduction combines the norms and the
+// host reads the result once.
+// - The norm accumulates in float64, as the per-tensor `g.to(kFloat64).norm()` it replaced did; on a CPU,
+//   _foreach_norm(grads, 2, kFloat64) is bit-equal to that (the same float64 reduction per tensor), so the
+//   logged gnorm, the clip scale and the parameters are unchanged. The per-tensor norms are combined in
+//   parameter order, as before. A float32 accumulation would be many times faster on a CPU
+//   (benchmarks/optimizer_step.cpp), but its last bits depend on how a reduction is split across threads, so
+//   ranks with different --intra-op-threads could clip by different scales; float64 keeps that difference
+//   ~1e-16, far below the resolution of the scale once it multiplies float32 gradients. On CUDA the fast path
+//   accumulates a float32/fp16/bf16 gradient in float32 and writes a float64 norm: deterministic, the same on
+//   every CUDA rank, but not bit-equal to a CPU rank's norm.
+// - The division stays a pass of its own before the norm. Folding it into the clip (one multiply by
+//   scale / (N * S)) or into the norm (norm(g) / (N * S)) would round differently from g / (N * S), and
+//   _amp_foreach_non_finite_check_and_unscale_ multiplies by 1 / (N * S), which rounds differently too.
+// - The overflow check under --fp16 is the norm's finiteness: an inf or NaN element makes its tensor's norm,
+//   and so the total, non-finite. No other pass looks for it.
 void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;  // [param with a gradient]
+  using Key = std::tuple<int, int, int>;  // (device type, device index, dtype)
+  std::map<Key, std::vector<torch::Tensor>> grads;  // [group][member] the gradients, by device and dtype
+  std::map<Key, std::vector<size_t>> position;      // [group][member] its place among the gradients
+  size_t count = 0;
+  for (const auto& p : optimizer_->params()) {
+    const torch::Tensor& g = p.grad();
+    if (!g.defined()) continue;  // unused on every rank (--find-unused-parameters)
+    const Key key{static_cast<int>(g.device().type()), static_cast<int>(g.device().index()),
+                  static_cast<int>(g.scalar_type())};
+    grads[key].push_back(g);
+    position[key].push_back(count++);
+  }
   // One division by N * S: see Note [Weighted averaging] and Note [Loss scaling].
   const double divisor = sample_size * result.loss_scale;
-  for (auto& p : optimizer_->params()) {
-    if (p.grad().defined()) {  // undefined: unused on every rank (--find-unused-parameters)
-      p.mutable_grad().div_(divisor);
-      grads.push_back(p.grad());
-    }
+  std::vector<torch::Tensor> norms(count);  // [gradient] in parameter order, float64
+  for (auto& [key, members] : grads) {
+    at::_foreach_div_(members, divisor);
+    const std::vector<torch::Tensor> group_norms = at::_foreach_norm(members, 2, torch::kFloat64);
+    for (size_t k = 0; k < members.size(); ++k) norms[position.at(key)[k]] = group_norms[k];
   }
-  torch::Tensor norm = torch::zeros({}, torch::kFloat64);
-  if (!grads.empty()) {
-    std::vector<torch::Tensor> norms;
-    for (const auto& g : grads) norms.push_back(g.detach().to(torch::kFloat64).norm());
-    norm = torch::stack(norms).norm();
-  }
+  const torch::Tensor norm = count == 0 ? torch::zeros({}, torch::kFloat64) : torch::stack(norms).norm();
   result.gnorm = norm.item<double>();
   ++result.host_reads;
   if (scaler_ && !std::isfinite(result.gnorm)) {
@@ -221,7 +250,7 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   }
   if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
     const double scale = options_.clip_norm / (result.gnorm + 1e-6);
-    for (auto& g : grads) g.mul_(scale);
+    for (auto& [key, members] : grads) at::_foreach_mul_(members, scale);
     result.clipped = true;
   }
 }
