@@ -496,10 +496,12 @@ PowerSgdState read_powersgd(const Reader& r, const Dict& d) {
                         (bucket.errors.empty() ||
                          (bucket.errors[k].dim() == 3 && bucket.errors[k].size(0) == p.world_size));
       if (!fits) {
+        const std::string errors =
+            bucket.errors.empty() ? std::string() : fmt::format("{}", fmt::join(bucket.errors[k].sizes(), ", "));
         r.fail(fmt::format("PowerSGD bucket {}, matrix {}: view {} of {}, Q of shape [{}], errors of shape [{}] for {} "
                            "ranks do not fit together",
                            bucket.index, k, view, bucket.shapes.size(), fmt::join(bucket.q[k].sizes(), ", "),
-                           bucket.errors.empty() ? std::string() : fmt::format("{}", fmt::join(bucket.errors[k].sizes(), ", ")),
+                           errors,
                            p.world_size));
       }
     }

@@ -49,7 +49,8 @@ void copy_last(const std::string& from, const std::string& to) {
 
 }  // namespace
 
-TEST_CASE("a PowerSGD run stopped and resumed is bit-identical to the run never stopped", "[checkpoint][resume][powersgd]") {
+TEST_CASE("a PowerSGD run stopped and resumed is bit-identical to the run never stopped",
+          "[checkpoint][resume][powersgd]") {
   TempDir dir;
   write_random_mnist(dir.path(), 400, 20);
   // Compression from update 3 on (2 warm-up updates), so the stop after update 4 is inside compressed updates.
