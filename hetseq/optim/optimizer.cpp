@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "hetseq/core/format.h"
@@ -33,6 +34,10 @@ namespace hetseq::optim {
 // (fairseq's Adam computes in fp32 and writes the result back), see apply_update().
 
 namespace {
+
+/// The most bytes of parameters in one update call on the CPU: a chunk's parameters, gradients, buffers
+/// and temporaries (about six times as much) then fit in a core's L2 cache. See Note [Update groups].
+constexpr size_t kCpuChunkBytes = 256 * 1024;
 
 bool is_reduced_precision(const torch::Tensor& t) {
   return t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16;
@@ -108,6 +113,13 @@ void Optimizer::set_lr(double lr) {
 //     counts fewer updates than the rest and is updated in a group of its own, with its own correction.
 // Members are in ascending parameter order; groups are independent, so their order does not matter.
 //
+// On a CPU, LibTorch has no fast path for the _foreach_* kernels: a call runs its operation on each member in
+// turn. A group of a whole model would then stream every parameter through memory once per operation (Adadelta
+// has ten), where the per-parameter loop ran all operations on one parameter while it sat in cache. So a group
+// on the CPU is passed to the update in chunks of members totalling at most kCpuChunkBytes of parameters (a
+// larger parameter is a chunk of its own): small tensors still share a call, and a chunk stays in cache
+// (benchmarks/optimizer_step.cpp measures both). On other devices a group is one call.
+//
 // On a CPU the _foreach_* kernels apply the per-tensor operation to each member in turn, so an update through
 // them is bit-equal to the per-parameter update it replaced (tests/optim/test_foreach_optimizers.cpp checks
 // this over several steps). On CUDA their fast path computes each element in the op-math type of the dtype
@@ -151,7 +163,23 @@ void Optimizer::apply_update(const UpdateFn& update) {
     group.grads.push_back(g.scalar_type() == dtype ? g : g.to(dtype));
   }
   for (auto& [key, group] : groups) {
-    update(group);
+    // [chunk] of members: one on a GPU, cache-sized ones on the CPU (see Note [Update groups]).
+    const bool on_cpu = std::get<0>(key) == static_cast<int>(c10::DeviceType::CPU);
+    const size_t n = group.index.size();
+    for (size_t begin = 0, end = 0; begin < n; begin = end) {
+      size_t bytes = group.params[begin].nbytes();
+      end = begin + 1;
+      while (end < n && (!on_cpu || bytes + group.params[end].nbytes() <= kCpuChunkBytes)) {
+        bytes += group.params[end++].nbytes();
+      }
+      if (begin == 0 && end == n) {
+        update(group);
+      } else {
+        const auto slice = [&](const auto& v) { return std::decay_t<decltype(v)>(v.begin() + begin, v.begin() + end); };
+        UpdateGroup chunk{group.step, slice(group.index), slice(group.params), slice(group.grads)};
+        update(chunk);
+      }
+    }
     const auto reduced = write_back.find(key);
     if (reduced != write_back.end()) at::_foreach_copy_(reduced->second.first, reduced->second.second);
   }

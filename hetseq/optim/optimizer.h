@@ -70,7 +70,7 @@ class Optimizer {
   virtual std::vector<std::string> buffer_names() const = 0;
 
   /// The parameters that one kernel call of step() updates: those with a gradient that share a device, a
-  /// compute dtype and an update count. See Note [Update groups].
+  /// compute dtype and an update count (on the CPU, a cache-sized chunk of them). See Note [Update groups].
   struct UpdateGroup {
     int64_t step = 0;                   ///< the members' update count, counting this update (1-based)
     std::vector<size_t> index;          ///< [member] the parameter's position in params(), ascending
@@ -80,7 +80,7 @@ class Optimizer {
 
   /// The body of a subclass's step(): counts the step (num_steps() and param_step(i) of every parameter with
   /// a gradient are incremented before `update` runs), then calls `update(group)` under NoGradGuard once per
-  /// UpdateGroup. For fp16/bf16 parameters the group holds fp32 copies, written back after `update`.
+  /// UpdateGroup (per chunk on the CPU). For fp16/bf16 parameters the group holds fp32 copies, written back after `update`.
   /// Throws hetseq::InputError on a sparse gradient, before anything is updated.
   using UpdateFn = std::function<void(UpdateGroup& group)>;
   void apply_update(const UpdateFn& update);
