@@ -56,6 +56,11 @@ std::vector<std::string> find_shards(const std::string& data, const std::string&
   return files;
 }
 
+torch::Tensor masked_lm_index(const torch::Tensor& labels) {
+  HETSEQ_ASSERT(labels.dim() == 2, "masked_lm_labels must be [n, S], got {} dimensions", labels.dim());
+  return labels.reshape({-1}).ne(-1).nonzero().squeeze(1);
+}
+
 BertDataset::BertDataset(BertDataOptions options) : options_(std::move(options)) {
   HETSEQ_ASSERT(!options_.files.empty(), "a BERT split needs at least one shard");
   HETSEQ_ASSERT(options_.open_files > 0, "open_files must be positive");
@@ -168,6 +173,7 @@ Batch BertDataset::collate(const std::vector<int64_t>& indices) const {
   batch.fields.emplace("input_ids", input_ids);
   batch.fields.emplace("segment_ids", segment_ids);
   batch.fields.emplace("input_mask", input_mask);
+  batch.fields.emplace("masked_lm_index", masked_lm_index(labels));
   batch.fields.emplace("masked_lm_labels", labels);
   batch.fields.emplace("next_sentence_labels", next_sentence);
   batch.num_samples = n;

@@ -41,9 +41,15 @@ struct BertDataOptions {
 // are checked (ids inside the vocabulary, masks 0/1 with a token first, positions inside the sequence, labels
 // 0/1); a bad row is an hetseq::InputError naming the file, the dataset and the row.
 
+/// The flat positions b * S + s of the masked tokens of `labels` [n, S] (where it is not -1), ascending: [M] int64.
+/// Computed on the host when a batch is collated, so that the loss needs no host-device synchronisation to
+/// find them (Note [BERT loss and sample size]).
+torch::Tensor masked_lm_index(const torch::Tensor& labels);
+
 /// The split. Batches hold (int64) `input_ids`, `segment_ids`, `input_mask` [n, S], `masked_lm_labels` [n, S]
-/// (the true id at masked positions, -1 elsewhere, as HetSeq builds it) and `next_sentence_labels` [n].
-/// See Note [BERT shards in memory].
+/// (the true id at masked positions, -1 elsewhere, as HetSeq builds it), `masked_lm_index` [M] (see
+/// masked_lm_index; a batch-level field: M counts the masked tokens of the whole batch) and
+/// `next_sentence_labels` [n]. See Note [BERT shards in memory].
 class BertDataset : public Dataset {
  public:
   /// Inspects every shard (see inspect_shard); throws hetseq::InputError naming the file when one is malformed,

@@ -88,9 +88,10 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   // See Note [BERT loss and sample size].
   const torch::Tensor& labels = batch.at("masked_lm_labels");  // [B, S]
   const int64_t b = labels.size(0), s = labels.size(1);
-  const torch::Tensor flat_labels = labels.reshape({-1});
-  const torch::Tensor masked = flat_labels.ne(-1).nonzero().squeeze(1);  // [M] flat positions
-  const torch::Tensor targets = flat_labels.index_select(0, masked);    // [M]
+  // The masked positions come with the batch, found on the host at collate time: nonzero here would wait
+  // for the device every step.
+  const torch::Tensor& masked = batch.at("masked_lm_index");             // [M] flat positions b * S + s
+  const torch::Tensor targets = labels.reshape({-1}).index_select(0, masked);  // [M]
   const torch::Tensor sequence_of = masked.div(s, "floor");              // [M]
   const BertPreTrainingOutput pred =
       net->forward(batch.at("input_ids"), batch.at("segment_ids"), batch.at("input_mask"), masked);
@@ -111,7 +112,7 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
 
   torch::NoGradGuard no_grad;
   // Losses and correct counts stay on the device, read once per update (Note [Statistics on the device]);
-  // the number of masked tokens is known on the host already (nonzero above).
+  // the number of masked tokens is known on the host already (the size of masked_lm_index).
   out.log["ntokens"] = static_cast<double>(masked.size(0));
   out.log_tensors["loss"] = out.loss.detach();
   out.log_tensors["mlm_loss_sum"] = mlm.detach();

@@ -42,7 +42,9 @@ int64_t count_vocab(const std::string& path);
 // per-batch token mean, it does not depend on how the batch is split across ranks, which is what heterogeneous
 // batches need. For logging, `nll_loss` is the MLM cross-entropy summed over masked tokens and `ntokens` their
 // count, so `nll_loss` and `ppl` are the MLM's per-token loss and perplexity; `mlm_loss` and `nsp_loss` (derived,
-// base 2 like `loss`) add up to `loss`.
+// base 2 like `loss`) add up to `loss`. The masked positions arrive with the batch (`masked_lm_index`, found on
+// the host by collate, before the batch goes to the device), so neither the loss nor `ntokens` makes the host
+// wait for the device: finding them on the device (nonzero) would, every step.
 
 /// The task. See Note [BERT loss and sample size] for what compute_loss returns.
 class BertTask : public Task {

@@ -121,6 +121,11 @@ TEST_CASE("BERT batches hold the rows asked for in order across shards with HetS
     CHECK(batch.at("segment_ids")[k].sum().item<int64_t>() == 6);
   }
   CHECK(batch.at("input_ids").scalar_type() == torch::kInt64);
+  // The masked positions, flat (b * 16 + s) and ascending, found on the host (Note [BERT loss and sample size]):
+  // positions 1 and 2 of every row.
+  std::vector<int64_t> flat;
+  for (int64_t k = 0; k < 6; ++k) flat.insert(flat.end(), {16 * k + 1, 16 * k + 2});
+  CHECK(torch::equal(batch.at("masked_lm_index"), torch::tensor(flat, torch::kInt64)));
 
   SECTION("--max_pred_length keeps only the first masked positions") {
     o.max_pred_length = 1;
@@ -128,11 +133,13 @@ TEST_CASE("BERT batches hold the rows asked for in order across shards with HetS
     const hetseq::Batch b = limited.collate({0, 7});
     CHECK(b.at("masked_lm_labels")[0].ne(-1).sum().item<int64_t>() == 1);
     CHECK(b.at("masked_lm_labels")[1][1].item<int64_t>() == 2002);
+    CHECK(torch::equal(b.at("masked_lm_index"), torch::tensor(std::vector<int64_t>{1, 17}, torch::kInt64)));
   }
   SECTION("an empty batch") {
     const hetseq::Batch empty = data.collate({});
     CHECK(empty.empty());
     CHECK(empty.at("input_ids").size(0) == 0);
+    CHECK(empty.at("masked_lm_index").size(0) == 0);
   }
 }
 

@@ -22,6 +22,7 @@
 #include "support/temp_dir.h"
 #include "support/test_paths.h"
 #include "tasks/bert/bert_config.h"
+#include "tasks/bert/bert_dataset.h"
 #include "tasks/bert/bert_model.h"
 #include "tasks/bert/bert_task.h"
 #include "tasks/bert/hf_weights.h"
@@ -126,8 +127,12 @@ TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP summed over sequ
   auto dataset = task->load_dataset("train");
   REQUIRE(dataset->size() == 24);
   hetseq::Batch batch = dataset->collate({0, 1, 2, 3});
-  // Give sequence 3 a third masked token, so that per-sequence means differ from a token mean.
+  // Give sequence 3 a third masked token, so that per-sequence means differ from a token mean; the batch's
+  // masked positions follow (collate finds them on the host).
   batch.fields["masked_lm_labels"][3][5] = 77;
+  batch.fields["masked_lm_index"] = hetseq::bert::masked_lm_index(batch.at("masked_lm_labels"));
+  CHECK(batch.at("masked_lm_index").size(0) == 9);
+  CHECK(batch.at("masked_lm_index")[8].item<int64_t>() == 3 * 16 + 5);
   const hetseq::StepOutput out = task->valid_step(*model, batch);
   CHECK(out.sample_size == 4);
   CHECK(out.log.at("nsentences") == 4);
