@@ -1,16 +1,24 @@
 #include "hetseq/data/batch_loader.h"
 
+#include <torch/cuda.h>
+
 #include "hetseq/core/error.h"
 
 namespace hetseq {
 
-BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, int64_t num_workers)
-    : dataset_(std::move(dataset)) {
-  if (num_workers < 0) {
-    throw UsageError(fmt::format("--num-workers: {} is negative; use 0 to load in the training thread", num_workers));
+BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, BatchLoaderOptions options)
+    : dataset_(std::move(dataset)), pin_memory_(options.pin_memory) {
+  if (options.num_workers < 0) {
+    throw UsageError(
+        fmt::format("--num-workers: {} is negative; use 0 to load in the training thread", options.num_workers));
   }
-  for (int64_t i = 0; i < num_workers; ++i) workers_.emplace_back([this] { work(); });
+  HETSEQ_ASSERT(!pin_memory_ || torch::cuda::is_available(),
+                "a BatchLoader asked to pin batches where CUDA is not available (only a CUDA rank pins)");
+  for (int64_t i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { work(); });
 }
+
+BatchLoader::BatchLoader(std::shared_ptr<const Dataset> dataset, int64_t num_workers)
+    : BatchLoader(std::move(dataset), BatchLoaderOptions{num_workers, false}) {}
 
 BatchLoader::~BatchLoader() {
   {
@@ -22,7 +30,10 @@ BatchLoader::~BatchLoader() {
 }
 
 std::future<Batch> BatchLoader::submit(std::vector<int64_t> indices) {
-  auto build = [dataset = dataset_, indices = std::move(indices)] { return dataset->collate(indices); };
+  auto build = [dataset = dataset_, pin = pin_memory_, indices = std::move(indices)] {
+    Batch batch = dataset->collate(indices);
+    return pin ? batch.pin_memory() : batch;  // See Note [Batches to the device].
+  };
   if (workers_.empty()) return std::async(std::launch::deferred, std::move(build));  // built on get()
   std::packaged_task<Batch()> task(std::move(build));
   std::future<Batch> result = task.get_future();

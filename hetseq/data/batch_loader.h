@@ -15,11 +15,24 @@
 
 namespace hetseq {
 
+/// How a BatchLoader builds batches.
+struct BatchLoaderOptions {
+  int64_t num_workers = 1;  // --num-workers: background threads (0: collate in the thread that calls get())
+  /// Copy each batch into pinned host memory after collating it, where it was collated: for a CUDA rank,
+  /// whose batches then go to the device asynchronously. Needs CUDA at run time. See Note [Batches to the
+  /// device].
+  bool pin_memory = false;
+};
+
 /// Collates batches on `num_workers` background threads (--num-workers), or in the calling thread
 /// when it is 0. Each request returns its own future, so the order of batches never depends on which
 /// worker finished first.
 class BatchLoader {
  public:
+  /// Throws hetseq::UsageError naming --num-workers when it is negative, and hetseq::InternalError when
+  /// asked to pin memory where CUDA is not available.
+  BatchLoader(std::shared_ptr<const Dataset> dataset, BatchLoaderOptions options);
+  /// Unpinned batches on `num_workers` threads.
   BatchLoader(std::shared_ptr<const Dataset> dataset, int64_t num_workers);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -38,6 +51,7 @@ class BatchLoader {
   std::condition_variable ready_;
   std::deque<std::packaged_task<Batch()>> queue_;
   bool stopping_ = false;
+  bool pin_memory_ = false;
 };
 
 /// The training data of one rank, update by update: an EpochBatchIterator whose next update is

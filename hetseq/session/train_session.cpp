@@ -339,6 +339,7 @@ void TrainSession::build_loop() {
   lopts.order.seed = o_.common.seed;
   lopts.order.curriculum = o_.dataset.curriculum;
   lopts.num_workers = o_.dataset.num_workers;
+  lopts.device = world_.device();
   lopts.continue_epoch_meters = !ck.reset_meters;
   if (tracer_) {
     tracer_->set_label(fmt::format("rank {} ({}, {}, {} samples per update)", world_.rank(), host_name(),

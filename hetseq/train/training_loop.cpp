@@ -27,11 +27,15 @@ double find_stat(const std::vector<Stat>& stats, const std::string& name) {
 }  // namespace
 
 TrainingLoop::TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options)
-    : parts_(std::move(parts)), options_(std::move(options)) {
+    : parts_(std::move(parts)),
+      options_(std::move(options)),
+      compute_clock_([device = options_.device] { return make_compute_timer(device); }) {
   HETSEQ_ASSERT(parts_.controller && parts_.schedule && parts_.reducer && parts_.train_data,
                 "TrainingLoop built with a null part");
   HETSEQ_ASSERT(options_.disable_validation || parts_.validator, "validation on, but no Validator");
 }
+
+bool TrainingLoop::pinned_batches() const { return options_.pin_batches && options_.device.is_cuda(); }
 
 bool TrainingLoop::update_limit_reached() const {
   return options_.max_update > 0 && parts_.controller->num_updates() >= options_.max_update;
@@ -44,7 +48,7 @@ bool TrainingLoop::limits_reached(double lr, int64_t epoch) const {
 int64_t TrainingLoop::run(IteratorPosition start) {
   stream_ = std::make_unique<UpdateStream>(
       EpochBatchIterator(parts_.train_data->size(), parts_.schedule->train_plan(start.epoch), options_.order),
-      std::make_shared<BatchLoader>(parts_.train_data, options_.num_workers));
+      std::make_shared<BatchLoader>(parts_.train_data, BatchLoaderOptions{options_.num_workers, pinned_batches()}));
   stream_->restore(start);
   plan_version_ = parts_.schedule->version();
   resumed_inside_epoch_ = start.offset > 0 && options_.continue_epoch_meters;
@@ -87,18 +91,25 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   {
     const TraceSpan span(parts_.tracer, "data");
     batches = stream_->next();
+    if (pinned_batches()) {
+      // Each micro-batch on its way to the device, beside the work still queued there (Note [Batches
+      // to the device]); the Controller then finds them on the device.
+      for (Batch& batch : batches) batch = batch.to(options_.device);
+    }
   }
   UpdateRecord record;
   record.times.data_s = seconds_since(t0);
-  const auto t1 = Clock::now();
+  compute_clock_.start();
   parts_.reducer->vote_stop(options_.stop_requested && options_.stop_requested());
   const UpdateResult result = controller.train_update(batches);
+  UpdateShape shape{0, static_cast<int64_t>(batches.size())};
+  for (const Batch& batch : batches) shape.samples += batch.num_samples;
+  const double step_s = compute_clock_.stop(shape);
   if (parts_.reducer->stop_agreed() && !stopping_) {
     stopping_ = true;
     log::info("[train] a stop was requested (SIGTERM or SIGINT): stopping after update {}, epoch {}",
               controller.num_updates(), epoch);
   }
-  const double step_s = seconds_since(t1);
   const ReductionTiming comm = parts_.reducer->last_timing();
   record.times.comm_wait_s = comm.exposed_s;
   record.times.comm_busy_s = comm.busy_s;

@@ -11,6 +11,7 @@
 #include "hetseq/train/checkpointer.h"
 #include "hetseq/data/batch_loader.h"
 #include "hetseq/data/plan_schedule.h"
+#include "hetseq/observe/compute_timer.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
 #include "hetseq/train/training_observer.h"
@@ -29,6 +30,13 @@ struct TrainingLoopOptions {
   std::string best_checkpoint_metric = "loss";      // --best-checkpoint-metric (of the first subset)
   EpochIteratorOptions order;                       // --seed, --curriculum
   int64_t num_workers = 1;                          // --num-workers
+  /// The rank's device (the Controller's): it picks the compute timer (Note [Compute timing]) and, on
+  /// CUDA, how batches travel (pin_batches).
+  torch::Device device = torch::kCPU;
+  /// On a CUDA device: collate into pinned memory and send each update's micro-batches to the device on
+  /// a side stream as soon as they are there (Note [Batches to the device]). False: each micro-batch is
+  /// copied by the Controller on the compute stream. Ignored on a CPU device, where nothing is pinned.
+  bool pin_batches = true;
   /// A run resumed inside an epoch continues that epoch's meters (false with --reset-meters).
   bool continue_epoch_meters = true;
   /// Whether this rank was asked to stop (SIGTERM, SIGINT); null: never. Read before every update,
@@ -78,6 +86,7 @@ class TrainingLoop {
   double end_epoch(int64_t epoch);
 
  private:
+  bool pinned_batches() const;        // see TrainingLoopOptions::pin_batches
   bool update_limit_reached() const;  // --max-update
   bool limits_reached(double lr, int64_t epoch) const;
   void save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric);
@@ -87,6 +96,7 @@ class TrainingLoop {
   TrainingLoopOptions options_;
   std::vector<std::shared_ptr<TrainingObserver>> observers_;
   std::unique_ptr<UpdateStream> stream_;
+  UpdateComputeClock compute_clock_;  // each update's compute time for the observers (Note [Compute timing])
   int64_t plan_version_ = -1;  // the PlanSchedule version the stream follows
   bool first_epoch_ = true;
   bool stopping_ = false;  // the ranks agreed to stop after the last update
