@@ -120,8 +120,8 @@ TEST_CASE("a PowerSGD run stopped and resumed is bit-identical to the run never 
   CHECK(w.powersgd->world_size == 3);
 }
 
-TEST_CASE("an fp16 run resumed under another split keeps the loss scaler's counters, and carries its clean "
-          "updates as the same share of a window that the split changed",
+TEST_CASE("an fp16 run resumed mid-window is the uninterrupted one; under another split it keeps the loss scaler's "
+          "counters, and carries its clean updates as the same share of a window that the split changed",
           "[checkpoint][resume][precision]") {
   TempDir dir;
   write_random_mnist(dir.path(), 400, 20, 5);
@@ -139,6 +139,18 @@ TEST_CASE("an fp16 run resumed under another split keeps the loss scaler's count
   CHECK(saved.loss_scaler.at("clean_updates") == 5);
   copy_last(dir / "first", dir / "batches");
   copy_last(dir / "first", dir / "freq");
+  copy_last(dir / "first", dir / "same");
+
+  // The same split: stopped mid-window (5 of 8192), the resumed run is the uninterrupted one, scaler included.
+  const auto straight = run(dir / "straight", "8,8", "1", 8);
+  require_success(straight, "uninterrupted run");
+  const auto same = run(dir / "same", "8,8", "1", 8);
+  require_success(same, "resumed with the same split");
+  const auto s = hetseq::load_checkpoint(dir / "straight/checkpoint_last.pt");
+  const auto r = hetseq::load_checkpoint(dir / "same/checkpoint_last.pt");
+  check_same_training_state(s, r);
+  CHECK(s.loss_scaler == r.loss_scaler);
+  CHECK(r.loss_scaler.at("clean_updates") == 8);
 
   // Other batch sizes, the same window: the counters continue as saved.
   const auto batches = run(dir / "batches", "4,12", "1", 8);

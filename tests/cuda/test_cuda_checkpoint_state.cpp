@@ -1,8 +1,10 @@
-// The CUDA generators in checkpoints (Note [Generator states in checkpoints]): a Controller training MNIST on
-// GPU 0 saves every CUDA generator's state, and a fresh Controller that loads the checkpoint, after the
-// generators were reseeded as a new process's are, draws dropout on the GPU bit for bit as the run that did not
-// stop. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h); the file format of the states is
-// checked on the CPU (tests/checkpoint/test_checkpoint_state.cpp).
+// Training state of the GPU in checkpoints. The CUDA generators (Note [Generator states in checkpoints]): a
+// Controller training MNIST on GPU 0 saves every CUDA generator's state, and a fresh Controller that loads the
+// checkpoint, after the generators were reseeded as a new process's are, draws dropout on the GPU bit for bit as
+// the run that did not stop. PowerSGD on CUDA gradient buckets (Note [PowerSGD in checkpoints]): two ranks as
+// threads on GPU 0 over Gloo gather their CUDA error feedback to rank 0, and a restored run continues bit for
+// bit. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h); the file format and the CPU side are
+// checked on the CPU (tests/checkpoint/test_checkpoint_state.cpp, tests/distributed/test_powersgd.cpp).
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,10 +14,12 @@
 
 #include "cuda/cuda_skip.h"
 #include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/distributed/powersgd.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"
 #include "support/mnist_files.h"
+#include "support/rank_threads.h"
 #include "support/temp_dir.h"
 #include "tasks/mnist/mnist_task.h"
 
@@ -93,4 +97,62 @@ TEST_CASE("CUDA: a checkpoint restores every CUDA generator: dropout drawn on th
   REQUIRE(again.size() == saved.cuda_rng_states.size());
   // Every device's generator came back, not only the one drawn from (cuda:0 moved on since).
   for (size_t i = 1; i < again.size(); ++i) CHECK(torch::equal(again[i], saved.cuda_rng_states[i]));
+}
+
+TEST_CASE("CUDA: PowerSGD state of CUDA gradient buckets goes through a checkpoint and the restored run continues "
+          "bit for bit",
+          "[cuda][checkpoint][powersgd]") {
+  if (!cuda_or_skip()) return;
+  constexpr int kWorld = 2;
+  constexpr int kUpdates = 5;
+  constexpr int kSaveAfter = 2;
+  const torch::Device gpu(torch::kCUDA, 0);
+  const std::vector<std::vector<int64_t>> shapes{{16, 12}, {12}};  // a compressed matrix and a vector
+  torch::manual_seed(8);
+  std::vector<std::vector<std::vector<torch::Tensor>>> inputs(kUpdates);  // [update][rank][view] on the CPU
+  for (auto& update : inputs) {
+    for (int r = 0; r < kWorld; ++r) {
+      update.emplace_back();
+      for (const auto& s : shapes) update.back().push_back(torch::randn(s));
+    }
+  }
+  // One update of bucket 0 on `gpu`; returns the reduced views on the CPU.
+  auto reduce = [&](hetseq::PowerSgd& psgd, const std::vector<torch::Tensor>& values) {
+    torch::Tensor buffer = torch::zeros({16 * 12 + 12}, gpu);
+    std::vector<torch::Tensor> grads{buffer.narrow(0, 0, 16 * 12).view({16, 12}), buffer.narrow(0, 16 * 12, 12)};
+    for (size_t i = 0; i < grads.size(); ++i) grads[i].copy_(values[i]);
+    psgd.begin_update();
+    psgd.reduce(0, buffer, grads)->waitAndThrow();
+    return buffer.cpu();
+  };
+  TempDir dir;
+  std::vector<std::vector<torch::Tensor>> straight(kWorld), resumed(kWorld);  // [rank][update]
+  hetseq::PowerSgdState saved;
+  hetseq::test::run_ranks(kWorld, [&](int rank, const hetseq::test::Group& group) {
+    hetseq::PowerSgd psgd(group, hetseq::PowerSgdOptions{});
+    for (int u = 0; u < kUpdates; ++u) {
+      straight[rank].push_back(reduce(psgd, inputs[u][rank]));
+      if (u == kSaveAfter - 1) {
+        hetseq::PowerSgdState s = psgd.gather_state();  // a gather of CUDA tensors over Gloo
+        if (rank == 0) saved = s;
+      }
+    }
+  });
+  hetseq::Checkpoint c;
+  c.powersgd = saved;
+  hetseq::save_checkpoint(c, {dir / "ck.pt"});
+  const hetseq::PowerSgdState loaded = *hetseq::load_checkpoint(dir / "ck.pt").powersgd;
+  REQUIRE(loaded.buckets.size() == 1);
+  REQUIRE(loaded.buckets[0].errors[0].sizes().vec() == std::vector<int64_t>{kWorld, 16, 12});
+  hetseq::test::run_ranks(kWorld, [&](int rank, const hetseq::test::Group& group) {
+    hetseq::PowerSgd psgd(group, hetseq::PowerSgdOptions{});
+    psgd.load_state(loaded, dir / "ck.pt");
+    for (int u = kSaveAfter; u < kUpdates; ++u) resumed[rank].push_back(reduce(psgd, inputs[u][rank]));
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    for (int u = kSaveAfter; u < kUpdates; ++u) {
+      CAPTURE(r, u);
+      CHECK(torch::equal(resumed[r][u - kSaveAfter], straight[r][u]));
+    }
+  }
 }
