@@ -483,18 +483,24 @@ PowerSgdState PowerSgd::gather_state() {
                                 e.what(), kPeerHint));
   }
   if (rank != 0) return out;
-  std::vector<at::Tensor> all;  // [rank] on the CPU
-  for (const auto& t : gathered[0]) all.push_back(t.to(at::kCPU));
-  const at::Tensor stacked = at::stack(all);  // [rank] x flat
-  int64_t offset = 0;
-  size_t b = 0;
-  for (const auto& [index, state] : buckets) {
-    for (const auto& mat : state->matrices) {
+  // Rank 0 holds the gathered errors once more, laid out per matrix as the checkpoint keeps them.
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (const auto& mat : buckets[b].second->matrices) {
       out.buckets[b].errors.push_back(
-          stacked.narrow(1, offset, mat.n * mat.m).reshape({size, mat.n, mat.m}).to(state->work_dtype, false, true));
-      offset += mat.n * mat.m;
+          at::empty({size, mat.n, mat.m}, at::TensorOptions().dtype(buckets[b].second->work_dtype)));
     }
-    ++b;
+  }
+  for (int r = 0; r < size; ++r) {
+    const at::Tensor flat = gathered[0][static_cast<size_t>(r)].to(at::kCPU);
+    int64_t offset = 0;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      for (size_t k = 0; k < out.buckets[b].errors.size(); ++k) {
+        at::Tensor slot = out.buckets[b].errors[k][r];
+        slot.copy_(flat.narrow(0, offset, slot.numel()).view(slot.sizes()));
+        offset += slot.numel();
+      }
+    }
+    gathered[0][static_cast<size_t>(r)] = at::Tensor();  // its memory goes as soon as it is copied
   }
   return out;
 }
