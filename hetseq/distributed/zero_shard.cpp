@@ -1,0 +1,170 @@
+#include "hetseq/distributed/zero_shard.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
+namespace hetseq {
+
+ZeroSharding parse_zero_sharding(const std::string& text) {
+  if (text == "none") return ZeroSharding::kNone;
+  if (text == "os") return ZeroSharding::kOptimizerState;
+  throw UsageError(fmt::format("--zero-sharding: '{}' is not one of none, os (os+grad is not available: see "
+                               "Note [Sharded optimizer state])",
+                               text));
+}
+
+std::string to_string(ZeroSharding sharding) { return sharding == ZeroSharding::kNone ? "none" : "os"; }
+
+std::vector<ShardRange> plan_shards(const std::vector<int64_t>& budget_bytes, int64_t total_numel,
+                                    int64_t alignment) {
+  HETSEQ_ASSERT(!budget_bytes.empty() && total_numel > 0 && alignment > 0,
+                "plan_shards: {} ranks, {} elements, alignment {}", budget_bytes.size(), total_numel, alignment);
+  __int128 total_budget = 0;
+  for (size_t r = 0; r < budget_bytes.size(); ++r) {
+    if (budget_bytes[r] <= 0) {
+      throw InputError(fmt::format("--memory-budget: rank {} has a budget of {} bytes; every rank needs a positive "
+                                   "budget to hold its shard of the optimizer state",
+                                   r, budget_bytes[r]));
+    }
+    total_budget += budget_bytes[r];
+  }
+  // Boundaries in units of `alignment`, rounded to nearest from the exact cumulative share (integer
+  // arithmetic, so every rank computes the same plan). Monotone, since the cumulative budgets are.
+  const __int128 units = (total_numel + alignment - 1) / alignment;
+  std::vector<ShardRange> plan(budget_bytes.size());
+  __int128 before = 0;  // budgets of ranks before r
+  int64_t first = 0;
+  for (size_t r = 0; r < budget_bytes.size(); ++r) {
+    before += budget_bytes[r];
+    int64_t end = total_numel;
+    if (r + 1 < budget_bytes.size()) {
+      const __int128 end_units = (2 * units * before + total_budget) / (2 * total_budget);
+      end = std::min<int64_t>(static_cast<int64_t>(end_units) * alignment, total_numel);
+    }
+    plan[r] = ShardRange{first, end - first};
+    first = end;
+  }
+  for (size_t r = 0; r < plan.size(); ++r) {
+    if (plan[r].numel == 0) {
+      throw InputError(fmt::format("--memory-budget: rank {}'s budget ({} bytes of {} in all) is too small a share for "
+                                   "one {}-element piece of the {} parameters; raise it, or use --zero-sharding none",
+                                   r, budget_bytes[r], static_cast<int64_t>(total_budget), alignment, total_numel));
+    }
+  }
+  return plan;
+}
+
+std::vector<ShardSlice> shard_slices(const std::vector<int64_t>& param_numels, ShardRange range) {
+  std::vector<ShardSlice> out;
+  const int64_t end = range.first + range.numel;
+  int64_t start = 0;  // of parameter i in the flat space
+  for (size_t i = 0; i < param_numels.size(); ++i) {
+    const int64_t lo = std::max(start, range.first);
+    const int64_t hi = std::min(start + param_numels[i], end);
+    if (lo < hi) out.push_back(ShardSlice{i, lo - start, hi - lo});
+    start += param_numels[i];
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params, const std::vector<ShardSlice>& slices) {
+  std::vector<torch::Tensor> out;
+  out.reserve(slices.size());
+  for (const ShardSlice& s : slices) {
+    const torch::Tensor& p = params.at(s.param);
+    HETSEQ_ASSERT(p.is_contiguous(), "sharded parameter {} (sizes {}) is not contiguous", s.param, fmt::join(p.sizes(), ","));
+    out.push_back(p.detach().view({-1}).narrow(0, s.offset, s.numel));
+  }
+  return out;
+}
+
+// Note [Gathering uneven shards]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// After the step each rank holds the new values of its own shard only; every rank needs them all for
+// the next forward pass. The shards have unequal sizes (Note [Sharded optimizer state]), and Gloo's
+// allgather wants equal ones. Two ways, both a copy into a flat buffer and out of it, since the
+// shards are pieces of several parameters:
+// - kAllgatherPadded: one allgather of buffers padded to the largest shard: one collective, but
+//   W x max_numel elements travel to each rank where sum numel would do (with budgets 1:1:2, 4/3 of
+//   the bytes).
+// - kBroadcastPerRank: one broadcast per rank, from that rank, of its exact shard: no padding, W
+//   collectives.
+// Both are plain c10d collectives on the parameters' device, so the same code serves Gloo and NCCL.
+// Which is faster on Gloo is measured by benchmarks/zero_gather (see docs/BENCHMARKS.md).
+
+ShardGather::ShardGather(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<ShardRange> plan,
+                         std::vector<torch::Tensor> params, GatherMethod method)
+    : group_(std::move(group)), plan_(std::move(plan)), method_(method), rank_(group_->getRank()) {
+  HETSEQ_ASSERT(static_cast<int64_t>(plan_.size()) == group_->getSize(), "shard plan of {} ranks for a group of {}",
+                plan_.size(), group_->getSize());
+  HETSEQ_ASSERT(!params.empty(), "ShardGather without parameters");
+  std::vector<int64_t> numels;
+  int64_t total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
+    HETSEQ_ASSERT(p.is_contiguous() && p.scalar_type() == params[0].scalar_type() && p.device() == params[0].device(),
+                  "sharded parameter {} must be contiguous with parameter 0's dtype and device ({} {}), got {} {}", i,
+                  c10::toString(params[0].scalar_type()), params[0].device().str(), c10::toString(p.scalar_type()),
+                  p.device().str());
+    flat_.push_back(p.detach().view({-1}));
+    numels.push_back(p.numel());
+    total += p.numel();
+  }
+  HETSEQ_ASSERT(plan_.back().first + plan_.back().numel == total, "shard plan covers {} elements, parameters have {}",
+                plan_.back().first + plan_.back().numel, total);
+  int64_t largest = 0;
+  for (const ShardRange& r : plan_) {
+    slices_.push_back(shard_slices(numels, r));
+    largest = std::max(largest, r.numel);
+  }
+  const auto options = params[0].options();
+  for (const ShardRange& r : plan_) {
+    buffers_.push_back(torch::empty({method_ == GatherMethod::kAllgatherPadded ? largest : r.numel}, options));
+  }
+  if (method_ == GatherMethod::kAllgatherPadded) send_ = torch::empty({largest}, options);
+}
+
+void ShardGather::pack(int64_t rank, torch::Tensor& into) const {
+  int64_t at = 0;
+  for (const ShardSlice& s : slices_[static_cast<size_t>(rank)]) {
+    into.narrow(0, at, s.numel).copy_(flat_[s.param].narrow(0, s.offset, s.numel));
+    at += s.numel;
+  }
+}
+
+void ShardGather::unpack(int64_t rank, const torch::Tensor& from) {
+  int64_t at = 0;
+  for (const ShardSlice& s : slices_[static_cast<size_t>(rank)]) {
+    flat_[s.param].narrow(0, s.offset, s.numel).copy_(from.narrow(0, at, s.numel));
+    at += s.numel;
+  }
+}
+
+void ShardGather::gather() {
+  torch::NoGradGuard no_grad;
+  const int64_t world = static_cast<int64_t>(plan_.size());
+  if (world == 1) return;
+  if (method_ == GatherMethod::kAllgatherPadded) {
+    pack(rank_, send_);
+    std::vector<torch::Tensor> input{send_};
+    std::vector<std::vector<torch::Tensor>> output{buffers_};
+    group_->allgather(output, input)->wait();
+    for (int64_t r = 0; r < world; ++r) {
+      if (r != rank_) unpack(r, output[0][static_cast<size_t>(r)]);
+    }
+    return;
+  }
+  pack(rank_, buffers_[static_cast<size_t>(rank_)]);
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<torch::Tensor> tensors{buffers_[static_cast<size_t>(r)]};
+    c10d::BroadcastOptions options;
+    options.rootRank = r;
+    group_->broadcast(tensors, options)->wait();
+    if (r != rank_) unpack(r, buffers_[static_cast<size_t>(r)]);
+  }
+}
+
+}  // namespace hetseq

@@ -1,0 +1,164 @@
+#include "hetseq/train/sharded_optimizer.h"
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
+namespace hetseq {
+
+// Note [Sharded optimizer state]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With --zero-sharding os each rank keeps optimizer state (Adam's two moments, SGD's momentum,
+// Adadelta's two averages) for a shard of the parameters only, sized by its memory budget.
+//
+// The shards. Lay the parameters end to end, in their order, as one flat space of T elements. Rank r
+// owns the contiguous range [first_r, first_r + numel_r); the boundaries are the budgets' cumulative
+// shares of T, rounded to multiples of 16 elements (plan_shards), the last rank taking the rest, so
+// the shards cover T exactly and budgets 1:1:2 give 1/4, 1/4, 1/2 within 16 elements. A parameter
+// may straddle two (or more) ranks: each rank's shard is a list of 1-D views, one per parameter it
+// touches, narrow()ed out of the parameter's own storage (shard_slices, slice_views). The optimizer
+// is the ordinary one, built by the same factory over these views, so its buffers (zeros_like the
+// views) have the shard's size: the memory saved is (1 - numel_r / T) of the state.
+//
+// The update. The reducer allreduces the full gradients as without sharding, and the Controller
+// divides, measures the global norm, checks overflow and clips them on every rank as before: every
+// rank holds the same reduced gradients, so the norm and the clip factor are the global ones with no
+// further collective. The step then gives each view the same view of its parameter's gradient, runs
+// the optimizer on the views (updating the parameters' storage in place) and gathers the shards to
+// every rank (ShardGather, Note [Gathering uneven shards]).
+//
+// Exactness. Adam (with weight decay), SGD with momentum and Adadelta are elementwise: an element's
+// new value and state depend only on that element's value, gradient and state, the learning rate and
+// the update count, which every rank shares (a view is updated whenever its parameter has a gradient,
+// so its count is the parameter's). The norm is computed from the same full gradients. So each
+// element of a shard gets what the unsharded step gives it. Bit for bit: the per-tensor and foreach
+// CPU kernels apply the same scalar operations to each element in the same order whatever the
+// tensor's length and start, and the fused Adam kernel's vectorised body and scalar tail compute the
+// same operations (no fused multiply-add in one and not the other), so a slice that starts
+// mid-vector gets the same bits; tests/train/test_sharded_optimizer.cpp checks equality with
+// torch::equal for each optimizer, with a tensor straddling ranks, and the 3-process test of
+// hetseq-train checks the parameters after 30 updates. The gather copies bits.
+//
+// Not done: os+grad (each rank keeping only its slice of the reduced gradients). The c10d-style
+// reducer allreduces whole buckets into the parameters' .grad views, and the global norm and clip
+// read every gradient; a reduce-scatter with uneven splits would need buckets cut at shard
+// boundaries and a norm over partial sums, which this first step leaves out (issue 27).
+
+std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Tensor> params,
+                                                           const optim::OptimizerFactory& make,
+                                                           c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                           ShardedOptimizerOptions options, Report report) {
+  HETSEQ_ASSERT(group, "ShardedOptimizer without a process group");
+  HETSEQ_ASSERT(!params.empty(), "ShardedOptimizer without parameters");
+  const int64_t world = group->getSize();
+  std::vector<int64_t> numels;  // [param]
+  int64_t total = 0;
+  for (const auto& p : params) {
+    numels.push_back(p.numel());
+    total += p.numel();
+  }
+  // [rank] budgets, exchanged on the parameters' device (NCCL wants CUDA tensors).
+  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(params[0].device());
+  std::vector<torch::Tensor> input{torch::full({1}, options.budget_bytes, int_options)};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int64_t r = 0; r < world; ++r) output[0].push_back(torch::empty({1}, int_options));
+  group->allgather(output, input)->wait();
+  std::vector<int64_t> budgets;
+  for (const auto& b : output[0]) budgets.push_back(b.cpu().item<int64_t>());
+
+  std::vector<ShardRange> plan = plan_shards(budgets, total, options.alignment);
+  const ShardRange mine = plan[static_cast<size_t>(group->getRank())];
+  std::vector<ShardSlice> slices = shard_slices(numels, mine);
+  std::vector<torch::Tensor> views = slice_views(params, slices);
+  std::unique_ptr<optim::Optimizer> shard = make(views);
+  auto gather = std::make_unique<ShardGather>(group, std::move(plan), params, options.gather);
+  return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(params), std::move(slices), std::move(views),
+                                                                std::move(shard), std::move(gather), std::move(group),
+                                                                options.budget_bytes, std::move(report)));
+}
+
+ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params, std::vector<ShardSlice> slices,
+                                   std::vector<torch::Tensor> views, std::unique_ptr<optim::Optimizer> shard,
+                                   std::unique_ptr<ShardGather> gather, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                   int64_t budget_bytes, Report report)
+    : Optimizer(std::move(params), shard->lr()),
+      slices_(std::move(slices)),
+      views_(std::move(views)),
+      shard_(std::move(shard)),
+      gather_(std::move(gather)),
+      group_(std::move(group)),
+      budget_bytes_(budget_bytes),
+      report_(std::move(report)) {}
+
+void ShardedOptimizer::step() {
+  torch::NoGradGuard no_grad;
+  shard_->set_lr(lr());
+  for (size_t k = 0; k < views_.size(); ++k) {
+    const ShardSlice& s = slices_[k];
+    const torch::Tensor& g = params()[s.param].grad();
+    if (g.defined()) {
+      views_[k].mutable_grad() = g.reshape({-1}).narrow(0, s.offset, s.numel);
+    } else {
+      views_[k].mutable_grad().reset();
+    }
+  }
+  shard_->step();
+  for (auto& v : views_) v.mutable_grad().reset();
+  gather_->gather();
+  if (!reported_) report_plan();
+}
+
+int64_t ShardedOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : shard_->state()) {
+    const bool buffer = name.rfind("param.", 0) == 0 && name.size() >= 5 && name.substr(name.size() - 5) != ".step";
+    if (buffer) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+// A collective at the end of the first step: every rank's figures to every rank.
+void ShardedOptimizer::report_plan() {
+  reported_ = true;
+  const ShardRange mine = shard();
+  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(params()[0].device());
+  const std::vector<int64_t> figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
+                                     budget_bytes_};
+  std::vector<torch::Tensor> input{torch::tensor(figures, torch::kInt64).to(int_options.device())};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int64_t r = 0; r < group_->getSize(); ++r) output[0].push_back(torch::empty({5}, int_options));
+  group_->allgather(output, input)->wait();
+  std::vector<ShardReport> reports;  // [rank]
+  for (const auto& t : output[0]) {
+    const torch::Tensor c = t.cpu();
+    const int64_t* v = c.data_ptr<int64_t>();
+    reports.push_back(ShardReport{v[0], v[1], v[2], v[3], v[4]});
+  }
+  if (report_) report_(reports);
+}
+
+std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
+  if (state_bytes() > 0) {
+    throw UsageError("--zero-sharding os: the sharded optimizer state cannot be written to a checkpoint yet (issue "
+                     "27); pass --no-save-optimizer-state (or --no-save), or use --zero-sharding none");
+  }
+  std::map<std::string, torch::Tensor> out;
+  out["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
+  out["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
+  out["num_params"] = torch::scalar_tensor(static_cast<int64_t>(params().size()), torch::kInt64);
+  return out;
+}
+
+void ShardedOptimizer::load_state(const std::map<std::string, torch::Tensor>& state) {
+  for (const auto& [name, t] : state) {
+    if (name.rfind("param.", 0) == 0) {
+      throw InputError(fmt::format("--zero-sharding os: the checkpoint holds optimizer state ({}), which a sharded "
+                                   "optimizer cannot load yet (issue 27); resume with --reset-optimizer, or with "
+                                   "--zero-sharding none",
+                                   name));
+    }
+  }
+  const auto lr = state.find("lr");
+  if (lr != state.end()) set_lr(lr->second.item<double>());
+}
+
+}  // namespace hetseq

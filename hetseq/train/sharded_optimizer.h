@@ -1,0 +1,88 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/optim/optimizer.h"
+#include "hetseq/optim/registry.h"
+
+namespace hetseq {
+
+/// What ShardedOptimizer needs: this rank's memory budget and how shards are cut and gathered.
+struct ShardedOptimizerOptions {
+  int64_t budget_bytes = 0;  // --memory-budget (default: the free memory; see free_memory_bytes)
+  int64_t alignment = 16;    // shard boundaries are multiples of this many elements
+  GatherMethod gather = GatherMethod::kAllgatherPadded;
+};
+
+/// One rank's line of the shard plan, as printed at start (`shard` records).
+struct ShardReport {
+  int64_t rank = 0;
+  int64_t first = 0;        // first element of the flat parameter space in its shard
+  int64_t numel = 0;        // elements in its shard
+  int64_t state_bytes = 0;  // bytes of optimizer state it holds, read from the tensors allocated
+  int64_t budget_bytes = 0;
+};
+
+/// --zero-sharding os: the configured optimizer (same class, same kernels) runs on this rank's shard
+/// of the parameters only, so it keeps state for that shard only; the updated shards are then gathered
+/// to every rank. The Controller sees an ordinary Optimizer. See Note [Sharded optimizer state].
+class ShardedOptimizer final : public optim::Optimizer {
+ public:
+  /// Called once, on every rank, after the first step with every rank's report ([rank]).
+  using Report = std::function<void(const std::vector<ShardReport>&)>;
+
+  /// A collective over `group`: the ranks exchange their budgets, every rank computes the same plan
+  /// (plan_shards) and builds `make` over the views of its shard. Throws hetseq::InputError (from
+  /// plan_shards) when a budget is not positive or too small for one aligned piece.
+  static std::unique_ptr<ShardedOptimizer> create(std::vector<torch::Tensor> params, const optim::OptimizerFactory& make,
+                                                  c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                  ShardedOptimizerOptions options, Report report = {});
+
+  std::string name() const override { return shard_->name(); }
+  /// Steps this rank's shard (the gradients: views of the reduced, clipped ones) and gathers the shards.
+  void step() override;
+  std::map<std::string, double> hyperparameters() const override { return shard_->hyperparameters(); }
+  void set_hyperparameter(const std::string& name, double value) override { shard_->set_hyperparameter(name, value); }
+
+  /// lr, num_steps and num_params as the unsharded optimizer's state() has them (the same on every rank).
+  /// Throws hetseq::UsageError once the shard holds buffers: sharded state is not written to checkpoints
+  /// yet (issue 27).
+  std::map<std::string, torch::Tensor> state() const override;
+  /// Takes lr and num_steps; throws hetseq::InputError for a state with per-parameter buffers (issue 27).
+  void load_state(const std::map<std::string, torch::Tensor>& state) override;
+
+  /// This rank's shard of the flat parameter space.
+  ShardRange shard() const { return gather_->plan()[static_cast<size_t>(gather_->rank())]; }
+  /// Every rank's shard. [rank]
+  const std::vector<ShardRange>& plan() const { return gather_->plan(); }
+  /// Bytes of the optimizer state this rank holds (its buffers' tensors).
+  int64_t state_bytes() const;
+  /// The optimizer over this rank's shard.
+  optim::Optimizer& shard_optimizer() { return *shard_; }
+
+ protected:
+  std::vector<std::string> buffer_names() const override { return {}; }
+
+ private:
+  ShardedOptimizer(std::vector<torch::Tensor> params, std::vector<ShardSlice> slices, std::vector<torch::Tensor> views,
+                   std::unique_ptr<optim::Optimizer> shard, std::unique_ptr<ShardGather> gather,
+                   c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t budget_bytes, Report report);
+  void report_plan();
+
+  std::vector<ShardSlice> slices_;   // [shard tensor] where each view lies in the parameters
+  std::vector<torch::Tensor> views_;  // [shard tensor] views of the parameters, the shard optimizer's parameters
+  std::unique_ptr<optim::Optimizer> shard_;
+  std::unique_ptr<ShardGather> gather_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int64_t budget_bytes_;
+  Report report_;
+  bool reported_ = false;
+};
+
+}  // namespace hetseq
