@@ -200,7 +200,7 @@ torch::Tensor Controller::zero_loss() {
 // - The norm accumulates in float64, as the per-tensor `g.to(kFloat64).norm()` it replaced did; on a CPU,
 //   _foreach_norm(grads, 2, kFloat64) is bit-equal to that (the same float64 reduction per tensor), so the
 //   logged gnorm, the clip scale and the parameters are unchanged. The per-tensor norms are combined in
-//   parameter order, as before. A float32 accumulation would be about 4x faster on a CPU (23 against 105 ms
+//   parameter order, as before. A float32 accumulation would be about 4x faster on a CPU (22 against 93 ms
 //   for BERT-small's gradients on 2 cores, benchmarks/optimizer_step.cpp), but its last bits depend on how a
 //   reduction is split across threads, so ranks with different --intra-op-threads could clip by different
 //   scales; float64 keeps that difference ~1e-16, far below the resolution of the scale once it multiplies
