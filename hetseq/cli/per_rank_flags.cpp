@@ -7,6 +7,7 @@ const std::set<std::string>& per_rank_flags() {
       // what a rank computes with: its share of each update, its device, its threads
       "max-sentences", "max-sentences-valid", "update-freq", "balance-cap", "device-id", "cpu", "distributed-backend",
       "intra-op-threads", "num-workers",
+      "memory-budget",
       // who it is and how it finds the others (the world size and backend are compared as resolved)
       "distributed-rank", "distributed-gpus", "distributed-no-spawn", "distributed-init-method",
       "distributed-world-size", "distributed-timeout", "rendezvous-timeout", "checkpoint-timeout",

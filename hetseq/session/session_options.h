@@ -11,6 +11,7 @@
 #include "hetseq/checkpoint/checkpoint_manager.h"
 #include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/world.h"
+#include "hetseq/distributed/zero_shard.h"
 #include "hetseq/observe/progress.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"
@@ -68,6 +69,9 @@ struct DistributedFlags {
   int64_t powersgd_rank = 1;             // --powersgd-rank
   int64_t powersgd_start_update = 100;   // --powersgd-start-update
   bool log_all_ranks = false;
+  ZeroSharding zero_sharding = ZeroSharding::kNone;  // --zero-sharding (compared across ranks)
+  /// --memory-budget in bytes (per rank; unset: the free memory, see free_memory_bytes).
+  std::optional<int64_t> memory_budget_bytes;
 };
 
 /// The Balancing flags. See Note [Balancing].

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include "hetseq/balance/auto_balancer.h"
+#include "hetseq/balance/free_memory.h"
 #include "hetseq/balance/memory_probe.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
@@ -20,6 +21,7 @@
 #include "hetseq/optim.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/progress_observer.h"
+#include "hetseq/train/sharded_optimizer.h"
 #include "hetseq/train/sample_id_observer.h"
 #include "hetseq/distributed/clock_sync.h"
 #include "hetseq/observe/json_log_sink.h"
@@ -51,6 +53,39 @@ std::string as_text(const std::map<std::string, std::string>& compared) {
   std::string out;
   for (const auto& [k, v] : compared) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
   return out;
+}
+
+// --zero-sharding os on more than one rank: the optimizer keeps state for this rank's shard only (Note
+// [Sharded optimizer state]); the plan is printed after the first step, when the state exists.
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& world, torch::nn::Module& model) {
+  const DistributedFlags& d = o.distributed;
+  if (d.zero_sharding == ZeroSharding::kNone || !world.distributed()) {
+    if (d.zero_sharding != ZeroSharding::kNone) log::info("[zero] one rank: --zero-sharding os has nothing to shard");
+    return o.optimization.make_optimizer(model.parameters());
+  }
+  const CheckpointSaveOptions& save = o.checkpoint.save;
+  if (!save.no_save && !save.no_save_optimizer_state) {
+    throw UsageError("--zero-sharding os: the sharded optimizer state cannot be written to checkpoints yet (issue 27); "
+                     "pass --no-save-optimizer-state (or --no-save), or use --zero-sharding none");
+  }
+  ShardedOptimizerOptions options;
+  options.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world.device());
+  const bool json = o.common.log_format == LogFormat::kJson;
+  const int64_t rank = world.rank();
+  auto report = [json, rank](const std::vector<ShardReport>& ranks) {
+    if (rank != 0) return;
+    for (const ShardReport& r : ranks) {
+      log::info("[zero] rank {}: elements [{}, {}) ({}), optimizer state {:.1f} MB, budget {:.2f} GB", r.rank, r.first,
+                r.first + r.numel, r.numel, r.state_bytes / 1e6, static_cast<double>(r.budget_bytes) / (1 << 30));
+      if (json) {
+        fmt::print("{{\"tag\":\"shard\",\"rank\":{},\"first\":{},\"numel\":{},\"state_bytes\":{},"
+                   "\"budget_bytes\":{}}}\n",
+                   r.rank, r.first, r.numel, r.state_bytes, r.budget_bytes);
+      }
+    }
+    std::fflush(stdout);
+  };
+  return ShardedOptimizer::create(model.parameters(), o.optimization.make_optimizer, world.group(), options, report);
 }
 
 }  // namespace
@@ -196,7 +231,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
 }
 
 void TrainSession::build_controller() {
-  auto optimizer = o_.optimization.make_optimizer(model_->parameters());
+  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o_, world_, *model_);
   auto scheduler = o_.optimization.make_lr_scheduler(*optimizer);
   ControllerOptions copts;
   copts.clip_norm = o_.optimization.clip_norm;

@@ -1,0 +1,140 @@
+// --zero-sharding os with real hetseq-train processes over loopback (level 2 of STYLE's test levels):
+// the sharded run trains the parameters of the unsharded one, and each rank's optimizer state follows
+// its --memory-budget. See Note [Sharded optimizer state].
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "hetseq/checkpoint/checkpoint.h"
+#include "support/mnist_files.h"
+#include "support/process_checks.h"
+#include "support/run_output.h"
+#include "support/subprocess.h"
+#include "support/test_paths.h"
+#include "tasks/mnist/mnist_model.h"
+
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The first 2500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
+const std::string& small_data() {
+  static const TempDir dir;
+  static const bool written = (write_mnist_prefix(fashion_mnist_dir(), dir.path(), 2500, 100), true);
+  (void)written;
+  return dir.path();
+}
+
+// 3 ranks with batches 7, 13, 29 and budgets 1, 1, 2 GB: Adam with weight decay and --clip-norm (which
+// clips at every update here), 30 updates; the model is saved without the optimizer state.
+std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding) {
+  const std::vector<int> batches{7, 13, 29};
+  const std::vector<std::string> budgets{"1", "1", "2"};
+  std::vector<std::vector<std::string>> commands;
+  for (size_t r = 0; r < batches.size(); ++r) {
+    auto args = with(mnist_train_args(small_data(), dir + "/ck"),
+                     {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update", "30",
+                      "--disable-validation", "--no-save-optimizer-state", "--max-sentences", std::to_string(batches[r]),
+                      "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                      "--distributed-init-method", "file://" + dir + "/rendezvous", "--zero-sharding", sharding});
+    if (sharding == "os") args = with(args, {"--memory-budget", budgets[r]});
+    commands.push_back(args);
+  }
+  return run_processes(commands, 300s);
+}
+
+std::vector<torch::Tensor> params_of(const std::string& checkpoint) {
+  hetseq::mnist::MnistNet net;
+  hetseq::load_model(*net, checkpoint);
+  return net->parameters();
+}
+
+}  // namespace
+
+TEST_CASE("--zero-sharding os with budgets 1:1:2 trains the parameters of --zero-sharding none, bit for bit",
+          "[distributed][multiprocess][zero_shard]") {
+  TempDir none_dir, os_dir;
+  const auto none = train(none_dir.path(), "none");
+  for (size_t r = 0; r < none.size(); ++r) require_success(none[r], "none: rank " + std::to_string(r));
+  const auto os = train(os_dir.path(), "os");
+  for (size_t r = 0; r < os.size(); ++r) require_success(os[r], "os: rank " + std::to_string(r));
+
+  const auto expected = params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = params_of(os_dir / "ck/checkpoint_last.pt");
+  REQUIRE(expected.size() == got.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
+    CHECK(torch::equal(got[i], expected[i]));
+    total += expected[i].numel();
+  }
+  CHECK(json_lines(none[0].out, "train").size() == 30);
+
+  // Rank 0 prints one shard line per rank; the state is Adam's two float32 moments of the shard.
+  const auto shards = json_lines(os[0].out, "shard");
+  REQUIRE(shards.size() == 3);
+  const std::vector<double> share{0.25, 0.25, 0.5};
+  int64_t next = 0, state = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    INFO(shards[r].dump());
+    CHECK(shards[r]["rank"].get<int64_t>() == static_cast<int64_t>(r));
+    CHECK(shards[r]["first"].get<int64_t>() == next);
+    const int64_t numel = shards[r]["numel"].get<int64_t>();
+    next += numel;
+    CHECK(std::abs(static_cast<double>(numel) - share[r] * static_cast<double>(total)) <= 16);
+    CHECK(shards[r]["state_bytes"].get<int64_t>() == 2 * 4 * numel);
+    CHECK(shards[r]["budget_bytes"].get<int64_t>() == (r == 2 ? 2LL : 1LL) << 30);
+    state += shards[r]["state_bytes"].get<int64_t>();
+  }
+  CHECK(next == total);
+  CHECK(state == 2 * 4 * total);  // the unsharded run's state, split
+  CHECK(json_lines(none[0].out, "shard").empty());
+}
+
+TEST_CASE("--zero-sharding and --memory-budget: bad values and a mismatch between ranks are one line naming the flag",
+          "[distributed][multiprocess][zero_shard]") {
+  TempDir dir;
+  const auto base = with(mnist_train_args(small_data(), dir / "ck"),
+                         {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--no-save"});
+  const auto bad_mode = run_process(with(base, {"--zero-sharding", "os+grad"}), 60s);
+  CHECK(bad_mode.exit_code != 0);
+  CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'os+grad' is not one of none, os"));
+  const auto bad_budget = run_process(with(base, {"--zero-sharding", "os", "--memory-budget", "-2"}), 60s);
+  CHECK(bad_budget.exit_code != 0);
+  CHECK_THAT(bad_budget.err, Catch::Contains("--memory-budget: -2 must be a positive number of GB"));
+  const auto budget_alone = run_process(with(base, {"--memory-budget", "2"}), 60s);
+  CHECK(budget_alone.exit_code != 0);
+  CHECK_THAT(budget_alone.err, Catch::Contains("--memory-budget is given but --zero-sharding is none"));
+
+  // The ranks must agree on --zero-sharding (a compared flag).
+  std::vector<std::vector<std::string>> commands;
+  for (int r = 0; r < 2; ++r) {
+    commands.push_back(with(mnist_train_args(small_data(), dir / "ck2"),
+                            {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--zero-sharding",
+                             r == 0 ? "os" : "none", "--distributed-world-size", "2", "--distributed-rank",
+                             std::to_string(r), "--distributed-init-method", "file://" + (dir / "rendezvous")}));
+  }
+  const auto mismatch = run_processes(commands, 120s);
+  CHECK(mismatch[0].exit_code != 0);
+  CHECK(mismatch[1].exit_code != 0);
+  CHECK_THAT(mismatch[0].err + mismatch[1].err, Catch::Contains("--zero-sharding"));
+
+  // Saving the sharded optimizer state is refused at start, before training (not written yet: issue 27).
+  commands.clear();
+  for (int r = 0; r < 2; ++r) {
+    commands.push_back(with(mnist_train_args(small_data(), dir / "ck3"),
+                            {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--zero-sharding",
+                             "os", "--distributed-world-size", "2", "--distributed-rank", std::to_string(r),
+                             "--distributed-init-method", "file://" + (dir / "rendezvous3")}));
+  }
+  const auto saving = run_processes(commands, 120s);
+  for (const auto& r : saving) {
+    CHECK(r.exit_code == 2);  // a usage error
+    CHECK_THAT(r.err, Catch::Contains("--zero-sharding os: the sharded optimizer state cannot be written to "
+                                      "checkpoints yet (issue 27); pass --no-save-optimizer-state"));
+  }
+}
