@@ -57,7 +57,7 @@ enum class GatherMethod { kAllgatherPadded, kBroadcastPerRank };
 class ShardGather {
  public:
   ShardGather(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<ShardRange> plan,
-              std::vector<torch::Tensor> params, GatherMethod method = GatherMethod::kAllgatherPadded);
+              std::vector<torch::Tensor> params, GatherMethod method = GatherMethod::kBroadcastPerRank);
 
   /// Writes every other rank's shard into this rank's parameters.
   void gather();

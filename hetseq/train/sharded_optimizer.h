@@ -17,7 +17,7 @@ namespace hetseq {
 struct ShardedOptimizerOptions {
   int64_t budget_bytes = 0;  // --memory-budget (default: the free memory; see free_memory_bytes)
   int64_t alignment = 16;    // shard boundaries are multiples of this many elements
-  GatherMethod gather = GatherMethod::kAllgatherPadded;
+  GatherMethod gather = GatherMethod::kBroadcastPerRank;  // See Note [Gathering uneven shards]
 };
 
 /// One rank's line of the shard plan, as printed at start (`shard` records).
