@@ -43,7 +43,8 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> budgets = hetseq::parse_int_list("--budgets", budgets_text);
   if (world < 2 || rank < 0 || rank >= world || store_file.empty() || iters < 1 ||
       static_cast<int64_t>(budgets.size()) != world) {
-    throw hetseq::UsageError("need --world-size W >= 2, --rank in [0, W), --store-file PATH, --iters >= 1, and W budgets");
+    throw hetseq::UsageError(
+        "need --world-size W >= 2, --rank in [0, W), --store-file PATH, --iters >= 1, and W budgets");
   }
   torch::set_num_threads(1);
   std::vector<torch::Tensor> params;

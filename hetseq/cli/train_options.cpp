@@ -495,7 +495,8 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
     }
     g.memory_budget_bytes = static_cast<int64_t>(gb * static_cast<double>(int64_t{1} << 30));
     if (g.zero_sharding == ZeroSharding::kNone) {
-      throw UsageError("--memory-budget is given but --zero-sharding is none; it sizes the shards of --zero-sharding os");
+      throw UsageError(
+          "--memory-budget is given but --zero-sharding is none; it sizes the shards of --zero-sharding os");
     }
   }
   g.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));

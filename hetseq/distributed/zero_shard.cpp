@@ -70,12 +70,14 @@ std::vector<ShardSlice> shard_slices(const std::vector<int64_t>& param_numels, S
   return out;
 }
 
-std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params, const std::vector<ShardSlice>& slices) {
+std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params,
+                                       const std::vector<ShardSlice>& slices) {
   std::vector<torch::Tensor> out;
   out.reserve(slices.size());
   for (const ShardSlice& s : slices) {
     const torch::Tensor& p = params.at(s.param);
-    HETSEQ_ASSERT(p.is_contiguous(), "sharded parameter {} (sizes {}) is not contiguous", s.param, fmt::join(p.sizes(), ","));
+    HETSEQ_ASSERT(p.is_contiguous(), "sharded parameter {} (sizes {}) is not contiguous", s.param,
+                  fmt::join(p.sizes(), ","));
     out.push_back(p.detach().view({-1}).narrow(0, s.offset, s.numel));
   }
   return out;

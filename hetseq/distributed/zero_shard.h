@@ -45,7 +45,8 @@ struct ShardSlice {
 std::vector<ShardSlice> shard_slices(const std::vector<int64_t>& param_numels, ShardRange range);
 
 /// The 1-D views of `params` ([param], contiguous) for `slices`: they share the parameters' storage.
-std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params, const std::vector<ShardSlice>& slices);
+std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params,
+                                       const std::vector<ShardSlice>& slices);
 
 /// How ShardGather moves the updated shards (see Note [Gathering uneven shards]).
 enum class GatherMethod { kAllgatherPadded, kBroadcastPerRank };

@@ -59,6 +59,9 @@ class Optimizer {
   /// tensors alias the live buffers (as torch's state_dict does): serialize or clone them before the
   /// next step(). See Note [Optimizer state].
   virtual std::map<std::string, torch::Tensor> state() const;
+  /// A collective that every rank calls before state() where state() needs the other ranks (a sharded
+  /// optimizer gathers its shards here: see hetseq/train/sharded_optimizer.h); nothing by default.
+  virtual void gather_state() {}
   /// Restores a state() from an optimizer of the same kind over parameters of the same shapes, copying
   /// the tensors onto the parameters' devices. Throws hetseq::InputError naming the entry on an unknown
   /// or missing name, a shape mismatch or a different number of parameters; nothing is changed then.

@@ -63,11 +63,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& w
     if (d.zero_sharding != ZeroSharding::kNone) log::info("[zero] one rank: --zero-sharding os has nothing to shard");
     return o.optimization.make_optimizer(model.parameters());
   }
-  const CheckpointSaveOptions& save = o.checkpoint.save;
-  if (!save.no_save && !save.no_save_optimizer_state) {
-    throw UsageError("--zero-sharding os: the sharded optimizer state cannot be written to checkpoints yet (issue 27); "
-                     "pass --no-save-optimizer-state (or --no-save), or use --zero-sharding none");
-  }
   ShardedOptimizerOptions options;
   options.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world.device());
   const bool json = o.common.log_format == LogFormat::kJson;
@@ -292,6 +287,7 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
     }
   }
   if (!world_.distributed()) return;
+  if (!ck.save.no_save_optimizer_state) controller_->gather_state();  // a collective: every rank checks the whole state
   check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
                     state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))),
                     "the training state at start (model, optimizer, schedule, position)",

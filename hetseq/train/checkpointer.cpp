@@ -31,6 +31,7 @@ void Checkpointer::save(Controller& controller, const SavePoint& point, Iterator
   // A collective: every rank hands its part of the comm hook's state to rank 0, which writes it (Note
   // [PowerSGD in checkpoints]).
   std::optional<PowerSgdState> comm_hook_state = controller.gather_comm_hook_state();
+  if (!options_.save.no_save_optimizer_state) controller.gather_state();  // a collective too
   auto write = [&] {
     if (options_.rank != 0) return;
     const auto files = manager_.files_for(point);

@@ -73,6 +73,9 @@ class Controller {
   /// Starts a new epoch of meters.
   void reset_epoch_meters();
 
+  /// A collective that every rank calls before state() at a save or a check: the optimizer gathers what
+  /// state() needs from the other ranks (a sharded optimizer's shards; see Note [Sharded optimizer state]).
+  void gather_state() { optimizer_->gather_state(); }
   /// The training state as one value (CPU copies), for checkpoints; the optimizer's buffers are left
   /// out when `with_optimizer_state` is false (--no-save-optimizer-state).
   TrainingState state(bool with_optimizer_state = true);

@@ -1,5 +1,7 @@
 #include "hetseq/train/sharded_optimizer.h"
 
+#include <set>
+
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 
@@ -30,18 +32,23 @@ namespace hetseq {
 // new value and state depend only on that element's value, gradient and state, the learning rate and
 // the update count, which every rank shares (a view is updated whenever its parameter has a gradient,
 // so its count is the parameter's). The norm is computed from the same full gradients. So each
-// element of a shard gets what the unsharded step gives it. Bit for bit: the per-tensor and foreach
-// CPU kernels apply the same scalar operations to each element in the same order whatever the
-// tensor's length and start, and the fused Adam kernel's vectorised body and scalar tail compute the
-// same operations (no fused multiply-add in one and not the other), so a slice that starts
-// mid-vector gets the same bits; tests/train/test_sharded_optimizer.cpp checks equality with
-// torch::equal for each optimizer, with a tensor straddling ranks, and the 3-process test of
-// hetseq-train checks the parameters after 30 updates. The gather copies bits.
+// element of a shard gets what the unsharded step gives it, in exact arithmetic. In floating point
+// it is also bit for bit, because each element goes through the same sequence of rounded operations:
+// the per-tensor and foreach CPU kernels apply the same scalar operations to each element whatever
+// the tensor's length, and the fused Adam CPU kernel, whose vectorised body and scalar tail see
+// different elements of a slice that starts mid-vector, was observed to give the same bits there
+// too: tests/train/test_sharded_optimizer.cpp compares with torch::equal for fused and foreach Adam
+// (weight decay, clipped gradients), SGD with momentum and Adadelta, with shard boundaries at
+// multiples of 16 and at odd offsets (alignment 1), and tensors straddling ranks; the 3-process test
+// compares hetseq-train's parameters after 30 updates. CUDA kernels are not tested here. The
+// gather copies bits. Under --fp16/--bf16 the parameters stay float32 (autocast), so the sharded
+// state is the whole of what the optimizer keeps; there are no separate master weights.
 //
 // Not done: os+grad (each rank keeping only its slice of the reduced gradients). The c10d-style
 // reducer allreduces whole buckets into the parameters' .grad views, and the global norm and clip
 // read every gradient; a reduce-scatter with uneven splits would need buckets cut at shard
-// boundaries and a norm over partial sums, which this first step leaves out (issue 27).
+// boundaries and a norm over partial sums, which this first step leaves out (issue 27). Checkpoints:
+// see Note [Sharded optimizer state in checkpoints].
 
 std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Tensor> params,
                                                            const optim::OptimizerFactory& make,
@@ -101,6 +108,7 @@ void ShardedOptimizer::step() {
       views_[k].mutable_grad().reset();
     }
   }
+  gathered_.clear();
   shard_->step();
   for (auto& v : views_) v.mutable_grad().reset();
   gather_->gather();
@@ -136,11 +144,102 @@ void ShardedOptimizer::report_plan() {
   if (report_) report_(reports);
 }
 
-std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
-  if (state_bytes() > 0) {
-    throw UsageError("--zero-sharding os: the sharded optimizer state cannot be written to a checkpoint yet (issue "
-                     "27); pass --no-save-optimizer-state (or --no-save), or use --zero-sharding none");
+// Note [Sharded optimizer state in checkpoints]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The simplest correct form first: at a save every rank calls gather_state() (Checkpointer::save), which
+// broadcasts each rank's shard of every buffer (and its views' update counts) so that state() returns
+// exactly what the unsharded optimizer's state() would: "param.{i}.{buffer}" of parameter i's full shape.
+// The checkpoint is then an ordinary one, and load_state() re-cuts it: each rank narrows every buffer to
+// its own slices. So a checkpoint moves between world sizes, budgets and --zero-sharding none/os. The cost
+// is the full state in every rank's memory during a save; per-rank shard files are issue 27's target.
+
+void ShardedOptimizer::gather_state() {
+  torch::NoGradGuard no_grad;
+  gathered_.clear();
+  const auto inner = shard_->state();
+  // The buffer names, from this rank's views; every rank runs the same optimizer on views that step
+  // together (a view steps when its parameter has a gradient), so the names agree once any has stepped.
+  std::set<std::string> names;
+  for (const auto& [key, t] : inner) {
+    if (key.rfind("param.", 0) != 0) continue;
+    const std::string rest = key.substr(key.find('.', 6) + 1);
+    if (rest != "step") names.insert(rest);
   }
+  const int64_t world = group_->getSize();
+  std::vector<int64_t> counts{static_cast<int64_t>(names.size())};
+  // [rank] how many buffer names: the same on every rank, or the shards cannot be gathered.
+  std::vector<torch::Tensor> in{torch::tensor(counts, torch::kInt64).to(params()[0].device())};
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int64_t r = 0; r < world; ++r) out[0].push_back(torch::empty({1}, in[0].options()));
+  group_->allgather(out, in)->wait();
+  for (int64_t r = 0; r < world; ++r) {
+    if (out[0][static_cast<size_t>(r)].cpu().item<int64_t>() != counts[0]) {
+      throw InputError(fmt::format("--zero-sharding os: rank {} holds {} optimizer buffers per parameter and rank {} "
+                                   "holds {}, so the state cannot be gathered for a checkpoint (a rank whose shard "
+                                   "never had a gradient?); use --no-save-optimizer-state",
+                                   r, out[0][static_cast<size_t>(r)].cpu().item<int64_t>(), gather_->rank(),
+                                   counts[0]));
+    }
+  }
+  std::vector<int64_t> numels;
+  for (const auto& p : params()) numels.push_back(p.numel());
+  const auto value_options = params()[0].options().dtype(torch::kFloat32);
+  std::map<std::string, torch::Tensor> full;  // [buffer name] flat over all parameters
+  for (const auto& name : names) full[name] = torch::zeros({plan().back().first + plan().back().numel}, value_options);
+  std::vector<int64_t> steps(params().size(), 0);  // [param]
+  for (int64_t r = 0; r < world; ++r) {
+    const ShardRange range = plan()[static_cast<size_t>(r)];
+    const auto slices = shard_slices(numels, range);
+    const auto n = static_cast<int64_t>(slices.size());
+    // The rank's buffers side by side ([name][element of its shard]), then its views' update counts.
+    torch::Tensor values = torch::zeros({static_cast<int64_t>(names.size()), range.numel}, value_options);
+    torch::Tensor counts_of =
+        torch::zeros({n}, torch::TensorOptions().dtype(torch::kInt64).device(params()[0].device()));
+    if (r == gather_->rank()) {
+      int64_t at = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const auto step = inner.find(fmt::format("param.{}.step", k));
+        if (step != inner.end()) counts_of[k] = step->second.item<int64_t>();
+        int64_t row = 0;
+        for (const auto& name : names) {
+          const auto b = inner.find(fmt::format("param.{}.{}", k, name));
+          if (b != inner.end()) values[row].narrow(0, at, slices[k].numel).copy_(b->second.reshape({-1}));
+          ++row;
+        }
+        at += slices[k].numel;
+      }
+    }
+    std::vector<torch::Tensor> tensors{values, counts_of};
+    for (auto& t : tensors) {
+      std::vector<torch::Tensor> one{t};
+      c10d::BroadcastOptions options;
+      options.rootRank = r;
+      group_->broadcast(one, options)->wait();
+    }
+    int64_t row = 0;
+    for (const auto& name : names) full[name].narrow(0, range.first, range.numel).copy_(values[row++]);
+    const torch::Tensor c = counts_of.cpu();
+    for (int64_t k = 0; k < n; ++k) steps[slices[k].param] = std::max(steps[slices[k].param], c[k].item<int64_t>());
+  }
+  gathered_["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
+  gathered_["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
+  gathered_["num_params"] = torch::scalar_tensor(static_cast<int64_t>(params().size()), torch::kInt64);
+  int64_t start = 0;
+  for (size_t i = 0; i < params().size(); ++i) {
+    if (steps[i] > 0) {
+      gathered_[fmt::format("param.{}.step", i)] = torch::scalar_tensor(steps[i], torch::kInt64);
+      for (const auto& name : names) {
+        gathered_[fmt::format("param.{}.{}", i, name)] =
+            full[name].narrow(0, start, numels[i]).view(params()[i].sizes()).to(params()[i].scalar_type());
+      }
+    }
+    start += numels[i];
+  }
+}
+
+std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
+  if (!gathered_.empty()) return gathered_;
+  HETSEQ_ASSERT(state_bytes() == 0, "ShardedOptimizer::state() without gather_state() on every rank first");
   std::map<std::string, torch::Tensor> out;
   out["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
   out["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
@@ -149,16 +248,39 @@ std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
 }
 
 void ShardedOptimizer::load_state(const std::map<std::string, torch::Tensor>& state) {
-  for (const auto& [name, t] : state) {
-    if (name.rfind("param.", 0) == 0) {
-      throw InputError(fmt::format("--zero-sharding os: the checkpoint holds optimizer state ({}), which a sharded "
-                                   "optimizer cannot load yet (issue 27); resume with --reset-optimizer, or with "
-                                   "--zero-sharding none",
-                                   name));
+  const auto num_params = state.find("num_params");
+  if (num_params == state.end() || num_params->second.item<int64_t>() != static_cast<int64_t>(params().size())) {
+    throw InputError(fmt::format("optimizer state: {} parameters saved, the model has {}",
+                                 num_params == state.end() ? std::string("no count of") :
+                                                             std::to_string(num_params->second.item<int64_t>()),
+                                 params().size()));
+  }
+  // The shard optimizer's state: view k takes parameter slices_[k].param's entries, narrowed.
+  std::map<std::string, torch::Tensor> mine;
+  for (const auto& [key, t] : state) {
+    if (key.rfind("param.", 0) == 0) continue;
+    mine[key] = t;
+  }
+  mine["num_params"] = torch::scalar_tensor(static_cast<int64_t>(views_.size()), torch::kInt64);
+  for (size_t k = 0; k < slices_.size(); ++k) {
+    const ShardSlice& s = slices_[k];
+    const std::string prefix = fmt::format("param.{}.", s.param);
+    for (auto it = state.lower_bound(prefix); it != state.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      const std::string rest = it->first.substr(prefix.size());
+      const std::string key = fmt::format("param.{}.{}", k, rest);
+      if (rest == "step") {
+        mine[key] = it->second;
+      } else {
+        if (it->second.numel() != params()[s.param].numel()) {
+          throw InputError(fmt::format("optimizer state: {} has {} elements, parameter {} has {}", it->first,
+                                       it->second.numel(), s.param, params()[s.param].numel()));
+        }
+        mine[key] = it->second.reshape({-1}).narrow(0, s.offset, s.numel).clone();
+      }
     }
   }
-  const auto lr = state.find("lr");
-  if (lr != state.end()) set_lr(lr->second.item<double>());
+  shard_->load_state(mine);
+  set_lr(shard_->lr());
 }
 
 }  // namespace hetseq

@@ -40,7 +40,8 @@ class ShardedOptimizer final : public optim::Optimizer {
   /// A collective over `group`: the ranks exchange their budgets, every rank computes the same plan
   /// (plan_shards) and builds `make` over the views of its shard. Throws hetseq::InputError (from
   /// plan_shards) when a budget is not positive or too small for one aligned piece.
-  static std::unique_ptr<ShardedOptimizer> create(std::vector<torch::Tensor> params, const optim::OptimizerFactory& make,
+  static std::unique_ptr<ShardedOptimizer> create(std::vector<torch::Tensor> params,
+                                                  const optim::OptimizerFactory& make,
                                                   c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                   ShardedOptimizerOptions options, Report report = {});
 
@@ -50,11 +51,15 @@ class ShardedOptimizer final : public optim::Optimizer {
   std::map<std::string, double> hyperparameters() const override { return shard_->hyperparameters(); }
   void set_hyperparameter(const std::string& name, double value) override { shard_->set_hyperparameter(name, value); }
 
-  /// lr, num_steps and num_params as the unsharded optimizer's state() has them (the same on every rank).
-  /// Throws hetseq::UsageError once the shard holds buffers: sharded state is not written to checkpoints
-  /// yet (issue 27).
+  /// A collective: every rank's shard of the state to every rank, kept for state() until the next step.
+  void gather_state() override;
+  /// The state in the unsharded optimizer's form (full-size buffers of every parameter), as gathered by
+  /// gather_state(); before any step, lr, num_steps and num_params alone. Asserts that gather_state()
+  /// ran when the shard holds buffers.
   std::map<std::string, torch::Tensor> state() const override;
-  /// Takes lr and num_steps; throws hetseq::InputError for a state with per-parameter buffers (issue 27).
+  /// Loads an unsharded-form state (as written by state(), or by an unsharded run): each rank takes its
+  /// shard's slices, so a checkpoint resumes on any world size, budgets or --zero-sharding. Throws
+  /// hetseq::InputError when the parameter count differs, or as the shard optimizer's load_state().
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
 
   /// This rank's shard of the flat parameter space.
@@ -83,6 +88,7 @@ class ShardedOptimizer final : public optim::Optimizer {
   int64_t budget_bytes_;
   Report report_;
   bool reported_ = false;
+  std::map<std::string, torch::Tensor> gathered_;  // gather_state()'s result, until the next step
 };
 
 }  // namespace hetseq

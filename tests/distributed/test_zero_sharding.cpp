@@ -29,22 +29,30 @@ const std::string& small_data() {
   return dir.path();
 }
 
-// 3 ranks with batches 7, 13, 29 and budgets 1, 1, 2 GB: Adam with weight decay and --clip-norm (which
-// clips at every update here), 30 updates; the model is saved without the optimizer state.
-std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding) {
+// 3 ranks with batches 7, 13, 29 and (under os) the given budgets in GB: Adam with weight decay and
+// --clip-norm (which clips at every update here) up to update `updates`, resuming from the checkpoint in
+// `dir`/ck when there is one; the optimizer state is saved unless `save_state` is false.
+std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding,
+                                 const std::vector<std::string>& budgets = {"1", "1", "2"}, int updates = 30,
+                                 bool save_state = false) {
   const std::vector<int> batches{7, 13, 29};
-  const std::vector<std::string> budgets{"1", "1", "2"};
   std::vector<std::vector<std::string>> commands;
   for (size_t r = 0; r < batches.size(); ++r) {
     auto args = with(mnist_train_args(small_data(), dir + "/ck"),
-                     {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update", "30",
-                      "--disable-validation", "--no-save-optimizer-state", "--max-sentences", std::to_string(batches[r]),
+                     {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update",
+                      std::to_string(updates), "--disable-validation", "--max-sentences", std::to_string(batches[r]),
                       "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
-                      "--distributed-init-method", "file://" + dir + "/rendezvous", "--zero-sharding", sharding});
+                      "--distributed-init-method", "file://" + dir + "/rendezvous" + std::to_string(updates),
+                      "--zero-sharding", sharding});
     if (sharding == "os") args = with(args, {"--memory-budget", budgets[r]});
+    if (!save_state) args = with(args, {"--no-save-optimizer-state"});
     commands.push_back(args);
   }
   return run_processes(commands, 300s);
+}
+
+void require_all(const std::vector<ProcessResult>& ranks, const std::string& who) {
+  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], who + ": rank " + std::to_string(r));
 }
 
 std::vector<torch::Tensor> params_of(const std::string& checkpoint) {
@@ -122,19 +130,30 @@ TEST_CASE("--zero-sharding and --memory-budget: bad values and a mismatch betwee
   CHECK(mismatch[0].exit_code != 0);
   CHECK(mismatch[1].exit_code != 0);
   CHECK_THAT(mismatch[0].err + mismatch[1].err, Catch::Contains("--zero-sharding"));
+}
 
-  // Saving the sharded optimizer state is refused at start, before training (not written yet: issue 27).
-  commands.clear();
-  for (int r = 0; r < 2; ++r) {
-    commands.push_back(with(mnist_train_args(small_data(), dir / "ck3"),
-                            {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--zero-sharding",
-                             "os", "--distributed-world-size", "2", "--distributed-rank", std::to_string(r),
-                             "--distributed-init-method", "file://" + (dir / "rendezvous3")}));
+TEST_CASE("A sharded checkpoint (os, budgets 1:1:2) resumes under other budgets and under none, bit for bit",
+          "[distributed][multiprocess][zero_shard]") {
+  TempDir straight, dir_os, dir_none;
+  require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
+  const auto expected = params_of(straight / "ck/checkpoint_last.pt");
+  for (const auto* dir : {&dir_os, &dir_none}) {
+    require_all(train(dir->path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
   }
-  const auto saving = run_processes(commands, 120s);
-  for (const auto& r : saving) {
-    CHECK(r.exit_code == 2);  // a usage error
-    CHECK_THAT(r.err, Catch::Contains("--zero-sharding os: the sharded optimizer state cannot be written to "
-                                      "checkpoints yet (issue 27); pass --no-save-optimizer-state"));
+  // The checkpoint is in the ordinary form: full-size Adam buffers for every parameter.
+  const auto saved = hetseq::load_checkpoint(dir_os / "ck/checkpoint_last.pt");
+  REQUIRE(saved.optimizer_state.has_value());
+  CHECK(saved.optimizer_state->at("param.0.exp_avg").sizes() == expected[0].sizes());
+  const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 30, true);
+  require_all(os, "resumed os 3:1:1");
+  CHECK_THAT(os[0].err, Catch::Contains("resumed from"));
+  require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
+  const auto a = params_of(dir_os / "ck/checkpoint_last.pt");
+  const auto b = params_of(dir_none / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| os " << (a[i] - expected[i]).abs().max().item<double>()
+                      << ", none " << (b[i] - expected[i]).abs().max().item<double>());
+    CHECK(torch::equal(a[i], expected[i]));
+    CHECK(torch::equal(b[i], expected[i]));
   }
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,7 +42,8 @@ std::vector<torch::Tensor> shaped(double scale, double phase) {
   const std::vector<std::vector<int64_t>> shapes{{7, 13}, {13}, {50}, {3, 5, 4}};
   for (size_t k = 0; k < shapes.size(); ++k) {
     const int64_t n = c10::multiply_integers(shapes[k]);
-    out.push_back(torch::sin(torch::arange(n, torch::kFloat32) * scale + phase + static_cast<double>(k)).view(shapes[k]));
+    const torch::Tensor x = torch::arange(n, torch::kFloat32) * scale + phase + static_cast<double>(k);
+    out.push_back(torch::sin(x).view(shapes[k]));
   }
   return out;
 }
@@ -171,8 +173,10 @@ TEST_CASE("plan_shards cuts the flat space in proportion to the budgets, aligned
 TEST_CASE("plan_shards refuses a budget that is not positive or too small for a shard", "[zero_shard]") {
   CHECK_THROWS_AS(plan_shards({1, 0, 2}, 1000, 16), hetseq::InputError);
   CHECK_THROWS_AS(plan_shards({1, 1000000}, 100, 16), hetseq::InputError);
-  CHECK_THROWS_WITH(plan_shards({1, 0, 2}, 1000, 16), Catch::Matchers::Contains("--memory-budget: rank 1 has a budget of 0 bytes"));
-  CHECK_THROWS_WITH(plan_shards({1, 1000000}, 100, 16), Catch::Matchers::Contains("--memory-budget: rank 0's budget (1 bytes of 1000001 in all) is too "
+  CHECK_THROWS_WITH(plan_shards({1, 0, 2}, 1000, 16),
+                    Catch::Matchers::Contains("--memory-budget: rank 1 has a budget of 0 bytes"));
+  CHECK_THROWS_WITH(plan_shards({1, 1000000}, 100, 16),
+                    Catch::Matchers::Contains("--memory-budget: rank 0's budget (1 bytes of 1000001 in all) is too "
                                                  "small a share for one 16-element piece of the 100 parameters"));
 }
 
@@ -188,7 +192,8 @@ TEST_CASE("parse_zero_sharding names the flag on a bad value", "[zero_shard]") {
   CHECK(hetseq::parse_zero_sharding("none") == hetseq::ZeroSharding::kNone);
   CHECK(hetseq::parse_zero_sharding("os") == hetseq::ZeroSharding::kOptimizerState);
   CHECK_THROWS_AS(hetseq::parse_zero_sharding("os+grad"), hetseq::UsageError);
-  CHECK_THROWS_WITH(hetseq::parse_zero_sharding("os+grad"), Catch::Matchers::StartsWith("--zero-sharding: 'os+grad' is not one of none, os"));
+  CHECK_THROWS_WITH(hetseq::parse_zero_sharding("os+grad"),
+                    Catch::Matchers::StartsWith("--zero-sharding: 'os+grad' is not one of none, os"));
 }
 
 TEST_CASE("A sharded step equals the unsharded one bit for bit, tensors straddling ranks", "[zero_shard]") {
@@ -227,5 +232,86 @@ TEST_CASE("A sharded step equals the unsharded one bit for bit, tensors straddli
         }
       }
     }
+  }
+}
+
+namespace {
+
+// Every entry of two optimizer states, equal in name and bits.
+bool same_state(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [k, v] : a) {
+    const auto it = b.find(k);
+    if (it == b.end() || !torch::equal(v.to(torch::kFloat64), it->second.to(torch::kFloat64))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("A sharded optimizer's gathered state is the unsharded one, and resumes on other ranks and budgets",
+          "[zero_shard]") {
+  OneIntraOpThread one_thread;
+  const auto make = adam(true);
+  // The uninterrupted unsharded run: kSteps updates, its state after 3 of them.
+  auto params = make_params();
+  auto plain = make(params);
+  std::map<std::string, torch::Tensor> at3;
+  for (int t = 0; t < kSteps; ++t) {
+    if (t == 3) {
+      for (const auto& [k, v] : plain->state()) at3[k] = v.clone();
+    }
+    set_grads(params, t);
+    plain->step();
+  }
+  const auto expected = params;
+
+  // 3 ranks, budgets 1:1:2: 3 updates, then the gathered state on every rank.
+  std::vector<std::map<std::string, torch::Tensor>> saved(3);
+  std::vector<std::vector<torch::Tensor>> saved_params(3);
+  run_ranks(3, [&](int rank, const Group& group) {
+    auto p = make_params();
+    ShardedOptimizerOptions options;
+    options.budget_bytes = std::vector<int64_t>{1, 1, 2}[static_cast<size_t>(rank)];
+    auto optimizer = ShardedOptimizer::create(p, make, group, options);
+    for (int t = 0; t < 3; ++t) {
+      set_grads(p, t);
+      optimizer->step();
+    }
+    optimizer->gather_state();
+    for (const auto& [k, v] : optimizer->state()) saved[static_cast<size_t>(rank)][k] = v.clone();
+    saved_params[static_cast<size_t>(rank)] = clones(p);
+  });
+  for (size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK(same_state(saved[r], at3));
+  }
+
+  // Resumed on 2 ranks with budgets 1:3, and unsharded on one: the last 3 updates.
+  std::vector<std::vector<torch::Tensor>> resumed(2);
+  run_ranks(2, [&](int rank, const Group& group) {
+    auto p = clones(saved_params[0]);
+    ShardedOptimizerOptions options;
+    options.budget_bytes = rank == 0 ? 1 : 3;
+    auto optimizer = ShardedOptimizer::create(p, make, group, options);
+    optimizer->load_state(saved[0]);
+    for (int t = 3; t < kSteps; ++t) {
+      set_grads(p, t);
+      optimizer->step();
+    }
+    resumed[static_cast<size_t>(rank)] = p;
+  });
+  auto p = clones(saved_params[0]);
+  auto unsharded = make(p);
+  unsharded->load_state(saved[0]);
+  for (int t = 3; t < kSteps; ++t) {
+    set_grads(p, t);
+    unsharded->step();
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::equal(resumed[0][i], expected[i]));
+    CHECK(torch::equal(resumed[1][i], expected[i]));
+    CHECK(torch::equal(p[i], expected[i]));
   }
 }
