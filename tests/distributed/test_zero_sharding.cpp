@@ -34,7 +34,7 @@ const std::string& small_data() {
 // `dir`/ck when there is one; the optimizer state is saved unless `save_state` is false.
 std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding,
                                  const std::vector<std::string>& budgets = {"1", "1", "2"}, int updates = 30,
-                                 bool save_state = false) {
+                                 bool save_state = false, const std::vector<std::string>& more = {}) {
   const std::vector<int> batches{7, 13, 29};
   std::vector<std::vector<std::string>> commands;
   for (size_t r = 0; r < batches.size(); ++r) {
@@ -46,6 +46,7 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
                       "--zero-sharding", sharding});
     if (sharding == "os") args = with(args, {"--memory-budget", budgets[r]});
     if (!save_state) args = with(args, {"--no-save-optimizer-state"});
+    args = with(args, more);
     commands.push_back(args);
   }
   return run_processes(commands, 300s);
@@ -63,7 +64,7 @@ std::vector<torch::Tensor> params_of(const std::string& checkpoint) {
 
 }  // namespace
 
-TEST_CASE("--zero-sharding os with budgets 1:1:2 trains the parameters of --zero-sharding none, bit for bit",
+TEST_CASE("Sharding os with budgets 1:1:2 trains the parameters of --zero-sharding none, bit for bit",
           "[distributed][multiprocess][zero_shard]") {
   TempDir none_dir, os_dir;
   const auto none = train(none_dir.path(), "none");
@@ -103,7 +104,8 @@ TEST_CASE("--zero-sharding os with budgets 1:1:2 trains the parameters of --zero
   CHECK(json_lines(none[0].out, "shard").empty());
 }
 
-TEST_CASE("--zero-sharding and --memory-budget: bad values and a mismatch between ranks are one line naming the flag",
+TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, and a mismatch between ranks, are one "
+          "line naming the flag",
           "[distributed][multiprocess][zero_shard]") {
   TempDir dir;
   const auto base = with(mnist_train_args(small_data(), dir / "ck"),
@@ -155,5 +157,22 @@ TEST_CASE("A sharded checkpoint (os, budgets 1:1:2) resumes under other budgets 
                       << ", none " << (b[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(a[i], expected[i]));
     CHECK(torch::equal(b[i], expected[i]));
+  }
+}
+
+TEST_CASE("Sharding os under --bf16 autocast trains the parameters of none, bit for bit",
+          "[distributed][multiprocess][zero_shard]") {
+  // The parameters and the optimizer state stay float32 under autocast: sharding sees what it sees without it.
+  TempDir none_dir, os_dir;
+  require_all(train(none_dir.path(), "none", {}, 6, false, {"--bf16"}), "none --bf16");
+  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 6, false, {"--bf16"});
+  require_all(os, "os --bf16");
+  CHECK_THAT(os[0].err, Catch::Contains("[bf16] bfloat16 forward passes"));
+  CHECK(json_lines(os[0].out, "shard").size() == 3);
+  const auto expected = params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = params_of(os_dir / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
+    CHECK(torch::equal(got[i], expected[i]));
   }
 }
