@@ -4,10 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include "hetseq/distributed/process_group.h"
+#include "hetseq/train/precision.h"
 
 int main(int argc, char* argv[]) {
   // Tests run several ranks as threads of one process: Note [Flight recorder off].
   hetseq::flight_recorder_off_by_default();
+  // The in-process float16 tests train on the CPU too: Note [Float16 on CPUs with AVX512-FP16].
+  hetseq::avoid_slow_cpu_fp16_kernels();
   Catch::Session session;
   const int rc = session.applyCommandLine(argc, argv);
   if (rc != 0) return rc;

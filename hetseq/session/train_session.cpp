@@ -125,6 +125,12 @@ void TrainSession::build_model(const FlagValues& flags) {
       log::info("[checkpoint] removed {} temporary file(s) that an interrupted save left in {}", n, ck.save.save_dir);
     }
   }
+  if (o_.mixed_precision.precision == Precision::kFloat16 && world_.device().is_cpu() &&
+      avoid_slow_cpu_fp16_kernels()) {
+    log::info("[fp16] this CPU has AVX512-FP16, whose oneDNN float16 convolutions are about 20x slower to "
+              "differentiate: oneDNN capped at AVX512_CORE_BF16 (set ONEDNN_MAX_CPU_ISA to choose; Note [Float16 "
+              "on CPUs with AVX512-FP16])");
+  }
   torch::manual_seed(o_.common.seed);
   model_ = task_->build_model();
   model_->to(world_.device());

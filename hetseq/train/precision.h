@@ -23,6 +23,13 @@ std::string to_string(Precision precision);
 /// The autocast dtype of `precision` (none for kFloat32).
 std::optional<torch::ScalarType> autocast_dtype(Precision precision);
 
+/// See Note [Float16 on CPUs with AVX512-FP16]. Where this CPU has AVX512-FP16 and the user has set
+/// neither ONEDNN_MAX_CPU_ISA nor DNNL_MAX_CPU_ISA, sets ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 for this
+/// process and the processes it starts, and returns true; otherwise changes nothing and returns false.
+/// Takes effect only before the process's first oneDNN primitive (its first convolution): the session
+/// calls it for --fp16 on a CPU rank before building the model, the test binary at start.
+bool avoid_slow_cpu_fp16_kernels();
+
 /// Throws hetseq::UsageError naming `flag` when LibTorch has no autocast for `device`'s type.
 void check_precision_supported(Precision precision, const torch::Device& device, const std::string& flag);
 
