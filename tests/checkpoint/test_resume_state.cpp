@@ -120,7 +120,7 @@ TEST_CASE("a PowerSGD run stopped and resumed is bit-identical to the run never 
   CHECK(w.powersgd->world_size == 3);
 }
 
-TEST_CASE("an fp16 run resumed mid-window is the uninterrupted one; under another split it keeps the loss scaler's "
+TEST_CASE("an fp16 run resumed mid-window is the uninterrupted one, and under another split it keeps the loss scaler's "
           "counters, and carries its clean updates as the same share of a window that the split changed",
           "[checkpoint][resume][precision]") {
   TempDir dir;
