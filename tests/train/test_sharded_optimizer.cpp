@@ -16,6 +16,7 @@
 #include "hetseq/distributed/zero_shard.h"
 #include "hetseq/optim.h"
 #include "hetseq/train/sharded_optimizer.h"
+#include "cuda/cuda_skip.h"
 #include "support/rank_threads.h"
 
 using hetseq::GatherMethod;
@@ -37,21 +38,23 @@ using hetseq::test::run_ranks;
 // Parameters of 91, 13, 50 and 60 elements (214 in all): with budgets 1:1:2 the first and the third
 // straddle two ranks.
 // (Closed forms, not the global generator, which the rank threads would share.)
-std::vector<torch::Tensor> shaped(double scale, double phase) {
+std::vector<torch::Tensor> shaped(double scale, double phase, const torch::Device& device) {
   std::vector<torch::Tensor> out;
   const std::vector<std::vector<int64_t>> shapes{{7, 13}, {13}, {50}, {3, 5, 4}};
   for (size_t k = 0; k < shapes.size(); ++k) {
     const int64_t n = c10::multiply_integers(shapes[k]);
     const torch::Tensor x = torch::arange(n, torch::kFloat32) * scale + phase + static_cast<double>(k);
-    out.push_back(torch::sin(x).view(shapes[k]));
+    out.push_back(torch::sin(x).view(shapes[k]).to(device));
   }
   return out;
 }
 
-std::vector<torch::Tensor> make_params() { return shaped(0.37, 0.5); }
+std::vector<torch::Tensor> make_params(const torch::Device& device) { return shaped(0.37, 0.5, device); }
 
 // The reduced gradients of update t: the same on every rank, as after the reducer's allreduce.
-std::vector<torch::Tensor> make_grads(int t) { return shaped(0.11 * (t + 1), 0.3 * t); }
+std::vector<torch::Tensor> make_grads(int t, const torch::Device& device) {
+  return shaped(0.11 * (t + 1), 0.3 * t, device);
+}
 
 std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& ts) {
   std::vector<torch::Tensor> out;
@@ -61,7 +64,7 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& ts) {
 
 // Sets the gradients, clipped to norm 1 as the Controller clips the reduced ones (--clip-norm 1).
 void set_grads(std::vector<torch::Tensor>& params, int t) {
-  auto grads = make_grads(t);
+  auto grads = make_grads(t, params.front().device());
   for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
   torch::nn::utils::clip_grad_norm_(params, 1.0);
 }
@@ -77,8 +80,8 @@ Ranges ranges(const std::vector<ShardRange>& plan) {
 }
 
 // The unsharded optimizer's parameters after kSteps updates (the lr changes at each, as a schedule would).
-std::vector<torch::Tensor> reference(const OptimizerFactory& make) {
-  auto params = make_params();
+std::vector<torch::Tensor> reference(const OptimizerFactory& make, const torch::Device& device = torch::kCPU) {
+  auto params = make_params(device);
   auto optimizer = make(params);
   for (int t = 0; t < kSteps; ++t) {
     set_grads(params, t);
@@ -95,11 +98,11 @@ struct RankResult {
 };
 
 std::vector<RankResult> sharded(const OptimizerFactory& make, std::vector<int64_t> budgets, int64_t alignment,
-                                GatherMethod method) {
+                                GatherMethod method, const torch::Device& device = torch::kCPU) {
   OneIntraOpThread one_thread;
   std::vector<RankResult> results(budgets.size());
   run_ranks(static_cast<int>(budgets.size()), [&](int rank, const Group& group) {
-    auto params = make_params();
+    auto params = make_params(device);
     ShardedOptimizerOptions options;
     options.budget_bytes = budgets[static_cast<size_t>(rank)];
     options.alignment = alignment;
@@ -254,7 +257,7 @@ TEST_CASE("A sharded optimizer's gathered state is the unsharded one, and resume
   OneIntraOpThread one_thread;
   const auto make = adam(true);
   // The uninterrupted unsharded run: kSteps updates, its state after 3 of them.
-  auto params = make_params();
+  auto params = make_params(torch::kCPU);
   auto plain = make(params);
   std::map<std::string, torch::Tensor> at3;
   for (int t = 0; t < kSteps; ++t) {
@@ -270,7 +273,7 @@ TEST_CASE("A sharded optimizer's gathered state is the unsharded one, and resume
   std::vector<std::map<std::string, torch::Tensor>> saved(3);
   std::vector<std::vector<torch::Tensor>> saved_params(3);
   run_ranks(3, [&](int rank, const Group& group) {
-    auto p = make_params();
+    auto p = make_params(torch::kCPU);
     ShardedOptimizerOptions options;
     options.budget_bytes = std::vector<int64_t>{1, 1, 2}[static_cast<size_t>(rank)];
     auto optimizer = ShardedOptimizer::create(p, make, group, options);
@@ -313,5 +316,31 @@ TEST_CASE("A sharded optimizer's gathered state is the unsharded one, and resume
     CHECK(torch::equal(resumed[0][i], expected[i]));
     CHECK(torch::equal(resumed[1][i], expected[i]));
     CHECK(torch::equal(p[i], expected[i]));
+  }
+}
+
+// The same claim with the parameters, gradients and optimizer state on GPU 0 (the ranks as threads share it,
+// over Gloo with CUDA tensors): LibTorch's CUDA kernels (fused Adam, the foreach ops) on slices that start
+// anywhere must update each element as on the whole tensor.
+TEST_CASE("CUDA: a sharded step on CUDA parameters equals the unsharded one bit for bit, tensors straddling ranks",
+          "[cuda][zero_shard]") {
+  if (!hetseq::test::cuda_or_skip()) return;
+  const torch::Device cuda(torch::kCUDA, 0);
+  const std::vector<std::pair<std::string, OptimizerFactory>> cases{
+      {"adam (fused)", adam(true)}, {"adam (foreach)", adam(false)}, {"sgd momentum", sgd()}, {"adadelta", adadelta()}};
+  for (const auto& [name, make] : cases) {
+    for (const int64_t alignment : {16, 1}) {
+      INFO(name << ", alignment " << alignment);
+      const auto expected = reference(make, cuda);
+      const auto results = sharded(make, {1, 1, 2}, alignment, GatherMethod::kBroadcastPerRank, cuda);
+      for (size_t r = 0; r < results.size(); ++r) {
+        INFO("rank " << r);
+        for (size_t i = 0; i < expected.size(); ++i) {
+          INFO("parameter " << i);
+          REQUIRE(results[r].params[i].is_cuda());
+          CHECK(torch::equal(results[r].params[i], expected[i]));
+        }
+      }
+    }
   }
 }
