@@ -6,8 +6,6 @@
 #include <tuple>
 #include <vector>
 
-#include <torch/nn/utils/clip_grad.h>
-
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 
@@ -214,25 +212,27 @@ torch::Tensor Controller::zero_loss() {
 //   and so the total, non-finite. No other pass looks for it.
 void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   torch::NoGradGuard no_grad;
-  using Key = std::tuple<int, int, int>;  // (device type, device index, dtype)
-  std::map<Key, std::vector<torch::Tensor>> grads;  // [group][member] the gradients, by device and dtype
-  std::map<Key, std::vector<size_t>> position;      // [group][member] its place among the gradients
+  struct Group {
+    std::vector<torch::Tensor> grads;  // [member]
+    std::vector<size_t> positions;     // [member] its place among all gradients, in parameter order
+  };
+  std::map<std::tuple<int, int, int>, Group> groups;  // by (device type, device index, dtype)
   size_t count = 0;
   for (const auto& p : optimizer_->params()) {
     const torch::Tensor& g = p.grad();
     if (!g.defined()) continue;  // unused on every rank (--find-unused-parameters)
-    const Key key{static_cast<int>(g.device().type()), static_cast<int>(g.device().index()),
-                  static_cast<int>(g.scalar_type())};
-    grads[key].push_back(g);
-    position[key].push_back(count++);
+    Group& group = groups[{static_cast<int>(g.device().type()), static_cast<int>(g.device().index()),
+                           static_cast<int>(g.scalar_type())}];
+    group.grads.push_back(g);
+    group.positions.push_back(count++);
   }
   // One division by N * S: see Note [Weighted averaging] and Note [Loss scaling].
   const double divisor = sample_size * result.loss_scale;
   std::vector<torch::Tensor> norms(count);  // [gradient] in parameter order, float64
-  for (auto& [key, members] : grads) {
-    at::_foreach_div_(members, divisor);
-    const std::vector<torch::Tensor> group_norms = at::_foreach_norm(members, 2, torch::kFloat64);
-    for (size_t k = 0; k < members.size(); ++k) norms[position.at(key)[k]] = group_norms[k];
+  for (auto& [key, group] : groups) {
+    at::_foreach_div_(group.grads, divisor);
+    const std::vector<torch::Tensor> group_norms = at::_foreach_norm(group.grads, 2, torch::kFloat64);
+    for (size_t k = 0; k < group_norms.size(); ++k) norms[group.positions[k]] = group_norms[k];
   }
   const torch::Tensor norm = count == 0 ? torch::zeros({}, torch::kFloat64) : torch::stack(norms).norm();
   result.gnorm = norm.item<double>();
@@ -251,7 +251,7 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   }
   if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
     const double scale = options_.clip_norm / (result.gnorm + 1e-6);
-    for (auto& [key, members] : grads) at::_foreach_mul_(members, scale);
+    for (auto& [key, group] : groups) at::_foreach_mul_(group.grads, scale);
     result.clipped = true;
   }
 }
