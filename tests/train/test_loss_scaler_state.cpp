@@ -10,30 +10,18 @@
 #include "hetseq/core/logging.h"
 #include "hetseq/train/loss_scaler.h"
 #include "support/error_message.h"
+#include "support/loss_scaler_steps.h"
 
 using Catch::Contains;
 using hetseq::DynamicLossScaler;
 using hetseq::LossScalerOptions;
 using hetseq::test::error_of;
+using hetseq::test::scaler_options;
+using hetseq::test::scales_after;
 
 namespace {
 
-LossScalerOptions window_of(int64_t window, double init = 64) {
-  LossScalerOptions o;
-  o.init_scale = init;
-  o.scale_window = window;
-  return o;
-}
-
-// Feeds `overflows` (1: overflow) to `scaler` and returns the scale after each.
-std::vector<double> scales_after(DynamicLossScaler& scaler, const std::vector<int>& overflows) {
-  std::vector<double> out;
-  for (int o : overflows) {
-    scaler.update(o != 0);
-    out.push_back(scaler.scale());
-  }
-  return out;
-}
+LossScalerOptions window_of(int64_t window, double init = 64) { return scaler_options(init, window); }
 
 bool logged(const std::vector<std::string>& lines, const std::string& text) {
   for (const auto& l : lines) {

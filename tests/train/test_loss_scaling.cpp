@@ -22,6 +22,7 @@
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
 #include "support/error_message.h"
+#include "support/loss_scaler_steps.h"
 #include "support/mnist_files.h"
 #include "support/temp_dir.h"
 #include "tasks/mnist/mnist_task.h"
@@ -31,28 +32,9 @@ using hetseq::DynamicLossScaler;
 using hetseq::LossScalerOptions;
 using hetseq::Precision;
 using hetseq::test::error_of;
+using hetseq::test::scaler_options;
+using hetseq::test::scales_after;
 using hetseq::test::TempDir;
-
-namespace {
-
-LossScalerOptions scaler_options(double init, int64_t window) {
-  LossScalerOptions o;
-  o.init_scale = init;
-  o.scale_window = window;
-  return o;
-}
-
-// Feeds `overflows` (1: overflow) to `scaler` and returns the scale after each.
-std::vector<double> scales_after(DynamicLossScaler& scaler, const std::vector<int>& overflows) {
-  std::vector<double> out;
-  for (int o : overflows) {
-    scaler.update(o != 0);
-    out.push_back(scaler.scale());
-  }
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("the loss scale doubles after a window without overflow and halves on overflow", "[precision]") {
   DynamicLossScaler s(scaler_options(8, 3));
