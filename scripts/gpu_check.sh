@@ -95,6 +95,9 @@ else
   build="${build:-$root/build}"
   pack="${pack:-$build/gpu-pack}"
 fi
+# Absolute paths: the closure check compares what ldd resolves with these folders, and steps run in other folders.
+absolute() { case "$1" in /*|"") echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+build="$(absolute "$build")" pack="$(absolute "$pack")" out="$(absolute "$out")"
 
 # ---------------------------------------------------------------------------------------------------------------
 # --pack
@@ -466,7 +469,22 @@ configure_source() {
     -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DHDF5_C_COMPILER_EXECUTABLE="$prefix/bin/no-h5cc" \
     -DHDF5_C_INCLUDE_DIR="$prefix/include/hdf5/serial" -DHDF5_hdf5_LIBRARY_RELEASE="$prefix/lib/$multiarch/libhdf5_serial.so" \
     -DProtobuf_INCLUDE_DIR="$prefix/include" -DProtobuf_LIBRARY="$prefix/lib/$multiarch/libprotobuf.so" \
-    -DProtobuf_PROTOC_EXECUTABLE="$prefix/bin/protoc" -DCMAKE_IGNORE_PREFIX_PATH="${IGNORE_PREFIX:-}"
+    -DProtobuf_PROTOC_EXECUTABLE="$prefix/bin/protoc"
+}
+
+# Which of hetseq's own dependencies a configure of src/ took from outside prefix/ ("" when none): everything but
+# LibTorch, the CUDA toolkit and the C/C++ runtime must come from the folder. Read from the configure's CMakeCache,
+# so it holds wherever this machine keeps its CUDA toolkit (hiding /usr from CMake would hide a toolkit there too).
+outside_prefix() {
+  local cache="$1/CMakeCache.txt" prefix="$2" var value
+  for var in cxxopts_DIR spdlog_DIR fmt_DIR nlohmann_json_DIR Catch2_DIR ZLIB_LIBRARY HDF5_hdf5_LIBRARY_RELEASE \
+             HDF5_C_INCLUDE_DIR Protobuf_LIBRARY Protobuf_INCLUDE_DIR Protobuf_PROTOC_EXECUTABLE; do
+    value="$(sed -n "s/^$var:[A-Z]*=//p" "$cache")"
+    case "$value" in
+      "$prefix"/*) ;;
+      *) echo "$var=${value:-unset}" ;;
+    esac
+  done
 }
 
 # The tests of SPEC, JOBS at a time, each with a deadline, until the budget leaves RESERVE seconds; one line per
@@ -754,13 +772,16 @@ if len(cuda_skipped) < 6:
 sys.exit(0 if s["passed"] else 1)
 PYEOF
   [ "$rc" -eq 0 ] || die "the rehearsal's --run exited $rc"
-  # The source route's configure from prefix/ alone (no /usr prefix), against the second torch's CMake files.
-  if ! (out="$out_dir" pack="$tmp/pack" TORCH_PY="" IGNORE_PREFIX="/usr;/;/usr/local" \
+  # The source route's configure against the second torch's CMake files; its cache shows where each dependency came from.
+  if ! (out="$out_dir" pack="$tmp/pack" TORCH_PY="" \
         configure_source "$tmp/src-build" "$site/torch/share/cmake" -G Ninja); then
     tail -30 "$out_dir/logs/route.log" >&2
     die "the source route's CMake configure failed with $pack/prefix (log above)"
   fi
-  log "source route: CMake configures src/ with prefix/ alone"
+  local outside
+  outside="$(outside_prefix "$tmp/src-build" "$tmp/pack/prefix")"
+  [ -z "$outside" ] || die "the source route took dependencies from outside prefix/ (pack them): $(echo $outside)"
+  log "source route: CMake configures src/ with every dependency but LibTorch and CUDA from prefix/"
   log "rehearsal passed in $(( $(date +%s) - t0 )) s"
 }
 
