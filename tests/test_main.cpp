@@ -2,6 +2,7 @@
 // processes (tests/support/subprocess.h); everything else is plain Catch2.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <torch/torch.h>
 
 #include "hetseq/distributed/process_group.h"
 #include "hetseq/train/precision.h"
@@ -11,6 +12,11 @@ int main(int argc, char* argv[]) {
   hetseq::flight_recorder_off_by_default();
   // The in-process float16 tests train on the CPU too: Note [Float16 on CPUs with AVX512-FP16].
   hetseq::avoid_slow_cpu_fp16_kernels();
+  // One intra-op thread: ctest runs two tests at once on a 2-core machine (scripts/test.sh), and two
+  // processes of 2 OpenMP threads each on 2 cores spin at every parallel region's barrier while the other
+  // process holds the core (an fp16 test took 24 s under ctest, 10 s alone on one thread). Programs the
+  // tests start choose their own threads (hetseq-train divides the cores among its workers).
+  torch::set_num_threads(1);
   Catch::Session session;
   const int rc = session.applyCommandLine(argc, argv);
   if (rc != 0) return rc;
