@@ -202,9 +202,10 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("zero-sharding", "none, or os: each rank keeps the optimizer state of a contiguous shard of the parameters, "
        "sized by --memory-budget, and the updated shards are gathered (the same training as none)",
        text_flag(d, "zero-sharding", "none"))
-      ("memory-budget", "GB (2^30 bytes) of memory this rank offers for its shard under --zero-sharding os; shards are "
+      ("memory-budget", "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os shards are "
        "proportional to the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable "
-       "and the cgroup limit)", optional_flag(d, "memory-budget"))
+       "and the cgroup limit). A rank whose parameters, gradients, optimizer state (shard) and measured activations "
+       "do not fit stops before training, naming the bytes", optional_flag(d, "memory-budget"))
       ("ddp-comm-hook", "how gradient buckets travel: none (float32, exact), fp16 or bf16 (half the bytes, "
        "rounded to the format), powersgd (low-rank, --powersgd-rank)", text_flag(d, "ddp-comm-hook", "none"))
       ("powersgd-rank", "rank of PowerSGD's approximation of each gradient matrix", text_flag(d, "powersgd-rank", "1"))
@@ -494,10 +495,6 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
       throw UsageError(fmt::format("--memory-budget: {} must be a positive number of GB (2^30 bytes)", gb));
     }
     g.memory_budget_bytes = static_cast<int64_t>(gb * static_cast<double>(int64_t{1} << 30));
-    if (g.zero_sharding == ZeroSharding::kNone) {
-      throw UsageError(
-          "--memory-budget is given but --zero-sharding is none; it sizes the shards of --zero-sharding os");
-    }
   }
   g.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));
   g.powersgd_rank = positive(args, "powersgd-rank");

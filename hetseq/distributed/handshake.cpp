@@ -21,7 +21,11 @@ nlohmann::json to_json(const WorkerInfo& w) {
           {"batch_size", w.batch_size},
           {"update_freq", w.update_freq},
           {"valid_batch_size", w.valid_batch_size},
-          {"balance_cap", w.balance_cap}};
+          {"balance_cap", w.balance_cap},
+          {"memory_budget", w.memory_budget},
+          {"memory_budget_is_free_memory", w.memory_budget_is_free_memory},
+          {"activation_bytes", w.activation_bytes},
+          {"memory_micro_batch", w.memory_micro_batch}};
 }
 
 WorkerInfo from_json(const nlohmann::json& j) {
@@ -38,6 +42,10 @@ WorkerInfo from_json(const nlohmann::json& j) {
   w.update_freq = j.at("update_freq").get<std::vector<int64_t>>();
   w.valid_batch_size = j.at("valid_batch_size");
   w.balance_cap = j.at("balance_cap");
+  w.memory_budget = j.at("memory_budget");
+  w.memory_budget_is_free_memory = j.at("memory_budget_is_free_memory");
+  w.activation_bytes = j.at("activation_bytes");
+  w.memory_micro_batch = j.at("memory_micro_batch");
   return w;
 }
 

@@ -28,6 +28,12 @@ struct WorkerInfo {
   std::vector<int64_t> update_freq;    // [epoch] this rank's --update-freq list
   int64_t valid_batch_size = 0;
   int64_t balance_cap = 0;             // --balance-cap: largest micro-batch when balancing (0: none)
+  /// For the memory check (Note [Memory that a rank needs]): the bytes this rank offers (0: not checked),
+  /// whether that is the free memory, and one forward and backward's peak bytes at `memory_micro_batch`.
+  int64_t memory_budget = 0;
+  bool memory_budget_is_free_memory = false;
+  int64_t activation_bytes = 0;
+  int64_t memory_micro_batch = 0;
 };
 
 /// A digest of the model's parameter and buffer names and shapes.

@@ -44,6 +44,11 @@ class Optimizer {
   /// ones) or a value out of range; nothing changes then.
   virtual void set_hyperparameter(const std::string& name, double value) = 0;
 
+  /// How many parameter-sized buffers the optimizer keeps per updated parameter (Adam and Adadelta 2,
+  /// SGD 1 with momentum and 0 without), each in the parameter's dtype: its state is this many times the
+  /// parameters it updates. The memory check reads it (Note [Memory that a rank needs]).
+  virtual int64_t state_buffers() const { return static_cast<int64_t>(buffer_names().size()); }
+
   /// The learning rate used by the next step().
   double lr() const { return lr_; }
   /// Sets the learning rate of the next step(); called by the LR schedulers. Asserts lr >= 0.

@@ -7,6 +7,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include "hetseq/balance/allocation_peak.h"
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/balance/free_memory.h"
 #include "hetseq/balance/memory_probe.h"
@@ -57,14 +58,16 @@ std::string as_text(const std::map<std::string, std::string>& compared) {
 
 // --zero-sharding os on more than one rank: the optimizer keeps state for this rank's shard only (Note
 // [Sharded optimizer state]); the plan is printed after the first step, when the state exists.
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& world, torch::nn::Module& model) {
+// `budget_bytes`: this rank's --memory-budget or free memory, as the memory check read it.
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& world, torch::nn::Module& model,
+                                                 int64_t budget_bytes) {
   const DistributedFlags& d = o.distributed;
   if (d.zero_sharding == ZeroSharding::kNone || !world.distributed()) {
     if (d.zero_sharding != ZeroSharding::kNone) log::info("[zero] one rank: --zero-sharding os has nothing to shard");
     return o.optimization.make_optimizer(model.parameters());
   }
   ShardedOptimizerOptions options;
-  options.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world.device());
+  options.budget_bytes = budget_bytes;
   const bool json = o.common.log_format == LogFormat::kJson;
   const int64_t rank = world.rank();
   auto report = [json, rank](const std::vector<ShardReport>& ranks) {
@@ -199,6 +202,11 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   mine.update_freq = o_.optimization.update_freq;
   mine.valid_batch_size = o_.dataset.max_sentences_valid.value_or(batch_size);
   mine.balance_cap = o_.balance.caps.empty() ? probe_cap(batch_size) : o_.balance.caps[0];
+  const RankMemoryBudget memory = measure_memory(batch_size);
+  mine.memory_budget = memory.budget_bytes;
+  mine.memory_budget_is_free_memory = memory.from_free_memory;
+  mine.activation_bytes = memory.activation_bytes;
+  mine.memory_micro_batch = memory.micro_batch;
   std::vector<int64_t> batch_sizes, valid_batch_sizes;  // [rank]
   std::vector<std::vector<int64_t>> update_freqs;       // [rank][epoch]
   for (const auto& w : world_.join(mine)) {
@@ -206,6 +214,8 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
     valid_batch_sizes.push_back(w.valid_batch_size);
     update_freqs.push_back(w.update_freq);
     balance_caps_.push_back(w.balance_cap);
+    memory_.push_back(RankMemoryBudget{w.memory_budget, w.memory_budget_is_free_memory, w.activation_bytes,
+                                       w.memory_micro_batch});
     if (world_.distributed()) {
       log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}{}", w.rank, w.host, w.device,
                 w.batch_size.front(), fmt::join(w.update_freq, ","),
@@ -232,7 +242,9 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
 }
 
 void TrainSession::build_controller() {
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o_, world_, *model_);
+  check_memory();
+  std::unique_ptr<optim::Optimizer> optimizer =
+      make_optimizer(o_, world_, *model_, memory_[static_cast<size_t>(world_.rank())].budget_bytes);
   auto scheduler = o_.optimization.make_lr_scheduler(*optimizer);
   ControllerOptions copts;
   copts.clip_norm = o_.optimization.clip_norm;
@@ -332,6 +344,69 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
   log::info("[balance] rank {}: micro-batch cap {} from probing {} (--balance-cap sets it)", world_.rank(),
             cap > 0 ? std::to_string(cap) : "none needed", world_.device().str());
   return cap;
+}
+
+// The memory check's figures for this rank (Note [Memory that a rank needs]), when it states a budget
+// (--memory-budget, or the free memory under --zero-sharding os): the budget, read before anything below
+// allocates, and the peak bytes of one forward and backward of its micro-batch with the gradients
+// allocated, run before the reducer hooks the model. The model's buffers are put back afterwards, its
+// parameters are untouched, and the update's randomness is reseeded per update (Controller).
+RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
+  const DistributedFlags& d = o_.distributed;
+  RankMemoryBudget m;
+  if (!d.memory_budget_bytes && !(d.zero_sharding == ZeroSharding::kOptimizerState && world_.distributed())) return m;
+  m.from_free_memory = !d.memory_budget_bytes;
+  m.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world_.device());
+  m.micro_batch = o_.balance.caps.empty() || o_.balance.caps[0] <= 0 ? batch_size
+                                                                      : std::min(batch_size, o_.balance.caps[0]);
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
+  for (auto& p : model_->parameters()) {
+    if (p.requires_grad()) p.mutable_grad() = torch::zeros_like(p);
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(m.micro_batch));
+  for (int64_t i = 0; i < m.micro_batch; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
+  const Batch batch = train_data_->collate(indices).to(world_.device());
+  m.activation_bytes = peak_allocated_bytes([&] {
+    const AutocastGuard autocast(world_.device(), o_.mixed_precision.precision);
+    task_->train_step(*model_, batch, [](const StepOutput& step) { step.loss.backward(); });
+  });
+  model_->zero_grad(/*set_to_none=*/true);
+  if (world_.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+  torch::NoGradGuard no_grad;
+  auto live = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
+  return m;
+}
+
+// Every rank checks every rank's figures from the handshake, so a plan that does not fit stops all ranks
+// alike with the same line, before any collective or checkpoint (Note [Memory that a rank needs]).
+void TrainSession::check_memory() {
+  if (std::none_of(memory_.begin(), memory_.end(), [](const RankMemoryBudget& m) { return m.budget_bytes > 0; })) {
+    return;
+  }
+  MemoryFitOptions m;
+  m.sharding = world_.distributed() ? o_.distributed.zero_sharding : ZeroSharding::kNone;
+  m.num_params = num_params_;
+  m.element_bytes = static_cast<int64_t>(model_->parameters().front().element_size());
+  const auto optimizer = o_.optimization.make_optimizer(model_->parameters());  // asked, never stepped
+  m.state_buffers = optimizer->state_buffers();
+  m.optimizer = optimizer->name();
+  m.alignment = ShardedOptimizerOptions{}.alignment;
+  m.gather = ShardedOptimizerOptions{}.gather;
+  m.ranks = memory_;
+  const std::vector<MemoryNeed> needs = memory_needs(m);
+  if (world_.rank() == 0) {
+    for (size_t r = 0; r < needs.size(); ++r) {
+      if (memory_[r].budget_bytes == 0) continue;
+      const MemoryNeed& n = needs[r];
+      log::info("[memory] rank {}: needs {:.1f} MB of its {:.1f} MB (parameters {:.1f}, gradients {:.1f}, optimizer "
+                "state {:.1f}, gather buffers {:.1f}, activations {:.1f} for {} samples)",
+                r, n.total() / 1e6, memory_[r].budget_bytes / 1e6, n.parameters / 1e6, n.gradients / 1e6,
+                n.optimizer_state / 1e6, n.gather_buffers / 1e6, n.activations / 1e6, memory_[r].micro_batch);
+    }
+  }
+  check_memory_fits(m);
 }
 
 // A balanced run resumes with the split that was in force when it stopped (so that it continues as

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hetseq/balance/auto_balancer.h"
+#include "hetseq/balance/memory_fit.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"
 #include "hetseq/data/plan_schedule.h"
@@ -47,6 +48,8 @@ class TrainSession {
   void build_controller();
   void resume(const std::map<std::string, std::string>& compared);
   int64_t probe_cap(int64_t batch_size);
+  RankMemoryBudget measure_memory(int64_t batch_size);
+  void check_memory();
   void restore_split();
   void build_loop();
   void add_balancer();
@@ -64,6 +67,7 @@ class TrainSession {
   std::string restore_path_;
   std::unique_ptr<PlanSchedule> schedule_;
   std::vector<int64_t> balance_caps_;  // [rank] --balance-cap (0: none)
+  std::vector<RankMemoryBudget> memory_;  // [rank] budgets and activations for the memory check
   std::shared_ptr<GradientReducer> reducer_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Validator> validator_;

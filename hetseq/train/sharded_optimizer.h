@@ -50,6 +50,7 @@ class ShardedOptimizer final : public optim::Optimizer {
   void step() override;
   std::map<std::string, double> hyperparameters() const override { return shard_->hyperparameters(); }
   void set_hyperparameter(const std::string& name, double value) override { shard_->set_hyperparameter(name, value); }
+  int64_t state_buffers() const override { return shard_->state_buffers(); }
 
   /// A collective: every rank's shard of the state to every rank, kept for state() until the next step.
   void gather_state() override;
