@@ -18,8 +18,9 @@ namespace hetseq {
 //                             SGD 1 with momentum, 0 without) for the n elements of the rank's shard (n = T
 //                             without sharding); there are no fp32 master weights, since the parameters stay
 //                             float32 under --fp16/--bf16 (Note [Sharded optimizer state])
-//   gather buffers   T x e    --zero-sharding os with per-rank broadcasts: one buffer per rank of its shard's
-//                             size, T in all (W x the largest shard, plus one, with the padded allgather)
+//   gather buffers   L x e    --zero-sharding os with per-rank broadcasts: one buffer of the largest shard's
+//                             size L, through which every rank's shard passes in turn ((W + 1) x L with the
+//                             padded allgather); Note [Gathering uneven shards]
 //   activations      measured: the peak of the bytes allocated through LibTorch's allocators during one
 //                             forward and backward of the rank's micro-batch (its --max-sentences, or its
 //                             --balance-cap when smaller) of the first samples of the training split, with
@@ -57,7 +58,7 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
   if (sharded) {
     int64_t largest = 0;
     for (const ShardRange& s : plan) largest = std::max(largest, s.numel);
-    gather = options.gather == GatherMethod::kBroadcastPerRank ? options.num_params : (world + 1) * largest;
+    gather = options.gather == GatherMethod::kBroadcastPerRank ? largest : (world + 1) * largest;
   }
   std::vector<MemoryNeed> needs;
   for (int64_t r = 0; r < world; ++r) {

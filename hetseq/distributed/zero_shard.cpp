@@ -93,7 +93,10 @@ std::vector<torch::Tensor> slice_views(const std::vector<torch::Tensor>& params,
 //   W x max_numel elements travel to each rank where sum numel would do (with budgets 1:1:2, 4/3 of
 //   the bytes).
 // - kBroadcastPerRank: one broadcast per rank, from that rank, of its exact shard: no padding, W
-//   collectives.
+//   collectives, one after another through one buffer of the largest shard's size (the padded
+//   allgather keeps W + 1 such buffers). The buffer is memory that sharding adds to every rank: with
+//   budgets 1:1:2 half of the parameters' size, where a buffer per rank would be all of it (Note
+//   [Memory that a rank needs]).
 // Both are plain c10d collectives on the parameters' device, so the same code serves Gloo and NCCL.
 // On Gloo over loopback (3 CPU ranks, budgets 1:1:2, benchmarks/zero_gather.cpp) the broadcasts take
 // 5 ms for MNIST's 1.2 M elements and 54 ms for 10 M, against 10 ms and 149 ms for the padded
@@ -126,10 +129,12 @@ ShardGather::ShardGather(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vect
     largest = std::max(largest, r.numel);
   }
   const auto options = params[0].options();
-  for (const ShardRange& r : plan_) {
-    buffers_.push_back(torch::empty({method_ == GatherMethod::kAllgatherPadded ? largest : r.numel}, options));
+  if (method_ == GatherMethod::kAllgatherPadded) {
+    for (size_t r = 0; r < plan_.size(); ++r) buffers_.push_back(torch::empty({largest}, options));
+    send_ = torch::empty({largest}, options);
+  } else {
+    buffers_.push_back(torch::empty({largest}, options));
   }
-  if (method_ == GatherMethod::kAllgatherPadded) send_ = torch::empty({largest}, options);
 }
 
 void ShardGather::pack(int64_t rank, torch::Tensor& into) const {
@@ -162,13 +167,14 @@ void ShardGather::gather() {
     }
     return;
   }
-  pack(rank_, buffers_[static_cast<size_t>(rank_)]);
   for (int64_t r = 0; r < world; ++r) {
-    std::vector<torch::Tensor> tensors{buffers_[static_cast<size_t>(r)]};
+    torch::Tensor buffer = buffers_.front().narrow(0, 0, plan_[static_cast<size_t>(r)].numel);
+    if (r == rank_) pack(rank_, buffer);
+    std::vector<torch::Tensor> tensors{buffer};
     c10d::BroadcastOptions options;
     options.rootRank = r;
     group_->broadcast(tensors, options)->wait();
-    if (r != rank_) unpack(r, buffers_[static_cast<size_t>(r)]);
+    if (r != rank_) unpack(r, buffer);
   }
 }
 

@@ -76,7 +76,7 @@ class ShardGather {
   std::vector<std::vector<ShardSlice>> slices_;    // [rank][slice]
   GatherMethod method_;
   int64_t rank_;
-  std::vector<torch::Tensor> buffers_;             // [rank] padded to the largest shard (allgather) or exact
+  std::vector<torch::Tensor> buffers_;             // [rank] of the largest shard's size (allgather), or one (broadcasts)
   torch::Tensor send_;                             // this rank's padded shard (allgather)
 };
 
