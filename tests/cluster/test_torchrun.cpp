@@ -210,11 +210,13 @@ TEST_CASE("torchrun elastic: when one of two agents dies, its worker dies with i
   auto agent = [&]() {
     return with({torchrun(), "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                  endpoint, "--rdzv-id", "elastic-" + std::to_string(::getpid()), "--rdzv-conf",
-                 "last_call_timeout=8,join_timeout=120", "--max-restarts", "3", "--monitor-interval", "0.5",
+                 "last_call_timeout=8,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3", "--max-restarts", "3", "--monitor-interval", "0.5",
                  "--no-python"},
                 train_args(dir.path(), dir / "save", dir / "ids"));
   };
-  // Both agents join the first round (it waits last_call_timeout after the first): a world of 2.
+  // Both agents join the first round (it waits last_call_timeout after the first): a world of 2. The next
+  // round waits until the dead agent's heartbeat is 3 intervals of 1 s old (torchrun's default, 3 of 5 s,
+  // took 15 s of this test's 33).
   Process first(agent());
   // The first agent must host the rendezvous store: the one that dies cannot take it along.
   REQUIRE(listening(port, 60s));

@@ -33,7 +33,14 @@ echo "check_install: installed into $prefix ($(find "$prefix/include" -name '*.h
 torch_dir="$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")"
 [ -n "$torch_dir" ] || fail "$build/CMakeCache.txt names no Torch_DIR"
 example="$tmp/example"
-cmake -S "$root/examples/custom_task" -B "$example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# Through ccache where there is one, with paths under $tmp made relative, so that a rerun of the suite
+# does not compile the example (about 20 s) again.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$tmp" CCACHE_NOHASHDIR=1
+fi
+cmake -S "$root/examples/custom_task" -B "$example" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
   -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$torch_dir" >"$tmp/configure.log" 2>&1 ||
   { show "$tmp/configure.log"; fail "configuring examples/custom_task against the installed hetseq"; }
 cmake --build "$example" -j "${HETSEQ_BUILD_JOBS:-2}" >"$tmp/build.log" 2>&1 ||
