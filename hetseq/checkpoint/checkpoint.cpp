@@ -28,8 +28,11 @@ namespace fs = std::filesystem;
 //   format_version, torch_version                      what wrote it
 //   model               {name: tensor}                 parameters and buffers
 //   optimizer           {name, options {k: float}, state {k: tensor},   (no state with
-//                        loss_scaler {k: float}}        --no-save-optimizer-state; no loss_scaler
-//                                                       without --fp16)
+//                        loss_scaler {k: float},        --no-save-optimizer-state; no loss_scaler
+//                        shards {save_id, world_size}}  without --fp16; shards only with
+//                                                       --zero-sharding os, whose buffers are in shard
+//                                                       files: Note [Sharded optimizer state in
+//                                                       checkpoints])
 //   lr_scheduler        {name, state {k: float}}
 //   extra_state         {num_updates, epoch, offset, meters {k: float}, rng_state, best,
 //                        data_plan {batch_sizes [int], update_freqs [int], shares [int]},
@@ -365,6 +368,12 @@ void insert_state(Dict& root, const Checkpoint& c, const TensorForm& form) {
   optimizer.insert("options", double_map(c.optimizer_options));
   if (c.optimizer_state) optimizer.insert("state", tensor_map(*c.optimizer_state, form));
   if (!c.loss_scaler.empty()) optimizer.insert("loss_scaler", double_map(c.loss_scaler));
+  if (c.optimizer_shards) {
+    Dict shards = new_dict();
+    shards.insert("save_id", c.optimizer_shards->save_id);
+    shards.insert("world_size", c.optimizer_shards->world_size);
+    optimizer.insert("shards", shards);
+  }
   root.insert("optimizer", optimizer);
 
   Dict scheduler = new_dict();
@@ -555,6 +564,11 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.optimizer_options = r.doubles(optimizer, "options");
   if (optimizer.contains("state")) c.optimizer_state = r.tensors(optimizer, "state");
   if (optimizer.contains("loss_scaler")) c.loss_scaler = r.doubles(optimizer, "loss_scaler");
+  if (optimizer.contains("shards")) {
+    const Dict shards = r.dict(optimizer, "shards");
+    c.optimizer_shards = OptimizerShardsRef{r.text(shards, "save_id"), r.integer(shards, "world_size")};
+    if (c.optimizer_shards->world_size < 1) r.fail("the entry 'optimizer.shards.world_size' is not positive");
+  }
   const Dict scheduler = r.dict(root, "lr_scheduler");
   c.lr_scheduler_name = r.text(scheduler, "name");
   // Checkpoints of earlier versions name the schedule by its internal name, not by its flag value.

@@ -26,6 +26,14 @@ struct SavedDataPlan {
   }
 };
 
+/// Where a sharded checkpoint (--zero-sharding os) keeps the optimizer's buffers: in shard files beside
+/// it, listed by its manifest (hetseq/checkpoint/optimizer_shards.h). See Note [Sharded optimizer state
+/// in checkpoints] (hetseq/train/sharded_optimizer.cpp).
+struct OptimizerShardsRef {
+  std::string save_id;     // the save's id, also in the manifest and every shard file
+  int64_t world_size = 0;  // shard files: one per rank
+};
+
 /// Everything a training run needs to continue exactly where it stopped: the Controller's
 /// TrainingState and where the data stands. See Note [Checkpoint file].
 struct Checkpoint : TrainingState {
@@ -35,6 +43,8 @@ struct Checkpoint : TrainingState {
   int64_t offset = 0;  // samples of that epoch's permutation already consumed
   std::optional<double> best;            // best --best-checkpoint-metric so far
   SavedDataPlan data_plan;
+  /// Set when the optimizer's buffers are in shard files (optimizer_state then holds its other entries).
+  std::optional<OptimizerShardsRef> optimizer_shards;
 
   std::string task;               // --task
   std::string model_digest;       // parameter names and shapes (hetseq/distributed/handshake.h)

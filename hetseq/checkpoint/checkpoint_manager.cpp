@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "hetseq/checkpoint/optimizer_shards.h"
 #include "hetseq/core/format.h"
 
 namespace hetseq {
@@ -44,6 +45,9 @@ void CheckpointManager::record(const SavePoint& p) {
 
 std::vector<fs::path> CheckpointManager::write(const Checkpoint& checkpoint, const std::vector<fs::path>& files) {
   save_checkpoint(checkpoint, files);
+  // The shard sets of earlier saves under these names (or of a save killed before its checkpoint was
+  // renamed) are no longer referenced: see Note [Sharded optimizer state in checkpoints].
+  for (const auto& f : files) remove_shard_sets(f, checkpoint.optimizer_shards ? checkpoint.optimizer_shards->save_id : "");
   return prune();
 }
 
@@ -65,6 +69,7 @@ std::vector<fs::path> CheckpointManager::prune() const {
     std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     for (size_t i = static_cast<size_t>(keep); i < files.size(); ++i) {
       if (fs::remove(files[i].second, ec)) removed.push_back(files[i].second);
+      for (auto& shard : remove_shard_sets(files[i].second)) removed.push_back(std::move(shard));
     }
   };
   keep_newest(interval, options_.keep_interval_updates);

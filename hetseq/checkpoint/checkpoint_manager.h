@@ -58,7 +58,9 @@ class CheckpointManager {
   /// file records the new best).
   void record(const SavePoint& point);
   /// Writes `checkpoint` to `files` (from files_for) and then removes what the retention flags
-  /// (--keep-interval-updates, --keep-last-epochs) no longer keep. Returns the removed files.
+  /// (--keep-interval-updates, --keep-last-epochs) no longer keep, with their optimizer shard files and
+  /// manifests, and the shard sets of `files` that `checkpoint` does not reference. Returns the files
+  /// that the retention flags removed.
   std::vector<std::filesystem::path> write(const Checkpoint& checkpoint, const std::vector<std::filesystem::path>& files);
 
   const CheckpointSaveOptions& options() const { return options_; }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -8,6 +9,8 @@
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
+
+#include "hetseq/optim/optimizer.h"
 
 namespace hetseq {
 
@@ -38,6 +41,9 @@ struct TrainingState {
   std::string optimizer_name;                                          // --optimizer
   std::map<std::string, double> optimizer_options;                     // its hyper-parameters (betas, eps, ...)
   std::optional<std::map<std::string, torch::Tensor>> optimizer_state;  // absent with --no-save-optimizer-state
+  /// The per-parameter entries of optimizer_state when a sharded checkpoint keeps them in shard files
+  /// (OptimizerShards), read on load by range; null otherwise. Controller::load_state reads it.
+  std::shared_ptr<const optim::StateSource> optimizer_pieces;
   std::map<std::string, double> loss_scaler;                           // --fp16's DynamicLossScaler (else empty)
   std::string lr_scheduler_name;                                       // --lr-scheduler
   std::map<std::string, double> lr_scheduler_state;

@@ -116,4 +116,54 @@ void SaveFence::run(int64_t id, const std::function<void()>& write) {
   }
 }
 
+std::string SaveFence::share(int64_t id, const std::string& value) {
+  const std::string key = fmt::format("save/{}/share", id);
+  if (rank_ == 0) {
+    store_->set(key, bytes_of(value));
+    return value;
+  }
+  const auto start = Clock::now();
+  try {
+    while (!store_->check({key})) {
+      if (Clock::now() - start > limit_) {
+        throw PeerError(fmt::format("rank {} of {}: rank 0 did not start the checkpoint at update {} within "
+                                    "--checkpoint-timeout {} s",
+                                    rank_, world_size_, id,
+                                    std::chrono::duration_cast<std::chrono::seconds>(limit_).count()));
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    const std::vector<uint8_t> got = store_->get(key);
+    return std::string(got.begin(), got.end());
+  } catch (const c10::Error& e) {
+    throw PeerError(fmt::format("rank {} of {}: lost the store at the checkpoint at update {}: {}", rank_, world_size_,
+                                id, e.what_without_backtrace()));
+  }
+}
+
+void SaveFence::post(int64_t id, const std::string& record) {
+  HETSEQ_ASSERT(rank_ != 0, "SaveFence::post on rank 0");
+  store_->set(fmt::format("save/{}/part/{}", id, rank_), bytes_of(record));
+}
+
+std::vector<std::string> SaveFence::collect(int64_t id) {
+  HETSEQ_ASSERT(rank_ == 0, "SaveFence::collect on rank {}", rank_);
+  std::vector<std::string> records(static_cast<size_t>(world_size_));  // [rank]
+  const auto start = Clock::now();
+  for (int64_t r = 1; r < world_size_; ++r) {
+    const std::string key = fmt::format("save/{}/part/{}", id, r);
+    while (!store_->check({key})) {
+      if (Clock::now() - start > limit_) {
+        throw PeerError(fmt::format("rank {} did not write its part of the checkpoint at update {} within "
+                                    "--checkpoint-timeout {} s",
+                                    r, id, std::chrono::duration_cast<std::chrono::seconds>(limit_).count()));
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    const std::vector<uint8_t> got = store_->get(key);
+    records[static_cast<size_t>(r)] = std::string(got.begin(), got.end());
+  }
+  return records;
+}
+
 }  // namespace hetseq

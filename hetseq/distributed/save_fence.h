@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -25,6 +27,20 @@ class SaveFence {
   /// save failed, and hetseq::PeerError when rank 0's heartbeat stops for `liveness` or the save takes
   /// longer than `limit`.
   void run(int64_t id, const std::function<void()>& write);
+
+  // A sharded save (Note [Sharded optimizer state in checkpoints]): every rank writes its own shard file
+  // before run(), and rank 0 writes the rest inside run() once every shard is written.
+
+  /// Every rank calls it at the save point `id`: returns rank 0's `value` (the others' is ignored), which
+  /// the others wait for up to --checkpoint-timeout. Throws hetseq::PeerError when it does not come.
+  std::string share(int64_t id, const std::string& value);
+  /// Every rank but 0 calls it once its shard of the save `id` is written (or failed): `record` for
+  /// rank 0 to collect.
+  void post(int64_t id, const std::string& record);
+  /// Rank 0, inside run()'s `write`: every other rank's post() for the save `id`, [rank] (rank 0's entry
+  /// empty), waiting up to --checkpoint-timeout in all. Throws hetseq::PeerError naming the ranks that
+  /// did not post.
+  std::vector<std::string> collect(int64_t id);
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;

@@ -3,12 +3,35 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/types.h>
 
 namespace hetseq::optim {
+
+/// A part of an optimizer's state over the flat element space that lays the parameters end to end in
+/// their order: the elements [first, first + numel). `state` has, for each parameter i with elements in
+/// the range, "param.{i}.step" and "param.{i}.{buffer}" (1-D: the parameter's elements in the range, in
+/// order). A sharded optimizer gives its own part for a checkpoint's shard file (Optimizer::state_piece).
+/// See Note [Sharded optimizer state in checkpoints] (hetseq/train/sharded_optimizer.cpp).
+struct StatePiece {
+  int64_t first = 0;
+  int64_t numel = 0;
+  std::map<std::string, torch::Tensor> state;
+};
+
+/// Optimizer state kept in pieces (a sharded checkpoint's shard files), read by range: what
+/// Optimizer::load_state(scalars, pieces) takes.
+class StateSource {
+ public:
+  virtual ~StateSource() = default;
+  /// The StatePiece of the elements [first, first + numel) for parameters of `param_numels` ([param]),
+  /// assembled from whichever pieces hold them. Throws hetseq::InputError naming the file on a damaged
+  /// or inconsistent piece, or when the total differs from the parameters'.
+  virtual StatePiece read_range(int64_t first, int64_t numel, const std::vector<int64_t>& param_numels) const = 0;
+};
 
 /// Base class of hetseq's optimizers (Adam, Adadelta, SGD): one learning rate for all parameters, the
 /// per-parameter buffers that subclasses keep (see Note [Optimizer state]) and their checkpoint form.
@@ -71,6 +94,15 @@ class Optimizer {
   /// the tensors onto the parameters' devices. Throws hetseq::InputError naming the entry on an unknown
   /// or missing name, a shape mismatch or a different number of parameters; nothing is changed then.
   virtual void load_state(const std::map<std::string, torch::Tensor>& state);
+  /// Restores a state whose per-parameter entries are in `pieces` (a sharded checkpoint) and whose other
+  /// entries ("lr", "num_steps", "num_params") are in `scalars`. By default it reads the whole range and
+  /// calls load_state(); a sharded optimizer reads its own shard only. Throws as load_state() and as
+  /// StateSource::read_range().
+  virtual void load_state(const std::map<std::string, torch::Tensor>& scalars, const StateSource& pieces);
+  /// This optimizer's part of the state for a sharded checkpoint (its entries alias the live buffers, as
+  /// state() does); std::nullopt for an optimizer that holds the whole state (the default), whose state()
+  /// has it all.
+  virtual std::optional<StatePiece> state_piece() const { return std::nullopt; }
 
  protected:
   /// The buffers each updated parameter has, e.g. {"exp_avg", "exp_avg_sq"}; each has the

@@ -13,6 +13,7 @@
 #include "hetseq/balance/memory_probe.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/optimizer_shards.h"
 #include "hetseq/core/stop_request.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
@@ -149,6 +150,12 @@ void TrainSession::build_model(const FlagValues& flags) {
     resumed_ = load_checkpoint(restore_path_);
     check_checkpoint_fits(*resumed_, o_.common.task, digest_, restore_path_);
     load_model_tensors(*model_, resumed_->model, restore_path_);
+    // A sharded checkpoint: its manifest and every shard file are checked now, on every rank, before
+    // anything is written; the optimizer reads its range later (Note [Sharded optimizer state in checkpoints]).
+    if (resumed_->optimizer_shards && resumed_->optimizer_state && !ck.reset_optimizer) {
+      resumed_->optimizer_pieces =
+          OptimizerShards::open(restore_path_, *resumed_->optimizer_shards, resumed_->num_updates);
+    }
   } else if (ck.restore_file_given) {
     throw InputError(fmt::format("--restore-file {}: no such file ({}); pass an existing checkpoint, or leave the flag "
                                  "out to start afresh when checkpoint_last.pt is missing",
@@ -274,6 +281,7 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
   CheckpointerOptions copts;
   copts.save = ck.save;
   copts.rank = world_.rank();
+  copts.world_size = world_.world_size();
   copts.task = o_.common.task;
   copts.model_digest = digest_;
   copts.options = as_text(compared);
@@ -305,7 +313,6 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
     }
   }
   if (!world_.distributed()) return;
-  if (!ck.save.no_save_optimizer_state) controller_->gather_state();  // a collective: every rank checks the whole state
   check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
                     state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))),
                     "the training state at start (model, optimizer, schedule, position)",

@@ -16,7 +16,8 @@ namespace hetseq {
 /// What the Checkpointer records besides the training state.
 struct CheckpointerOptions {
   CheckpointSaveOptions save;  // --save-dir, intervals, retention, best metric
-  int64_t rank = 0;            // only rank 0 writes
+  int64_t rank = 0;            // rank 0 writes the checkpoint; with --zero-sharding os each rank its shard
+  int64_t world_size = 1;
   std::string task;            // --task
   std::string model_digest;    // see model_digest()
   std::string options;         // the compared flags, as text, for the record
@@ -27,7 +28,8 @@ struct CheckpointerOptions {
 
 /// Saves checkpoints with one call: which files (last, epoch, update, best), the best metric, the
 /// retention flags, and the log line. Every rank calls save() at the same points (so that they agree
-/// on when the last save was); only rank 0 writes.
+/// on when the last save was); rank 0 writes, and under --zero-sharding os every rank writes its shard
+/// of the optimizer state first (Note [Sharded optimizer state in checkpoints]).
 class Checkpointer {
  public:
   Checkpointer(CheckpointerOptions options, std::optional<double> best);
@@ -42,12 +44,16 @@ class Checkpointer {
 
   /// Saves the training state of `controller` at `point`; `next` is where training continues and
   /// `plan` the data plan of the epoch being trained. Every rank calls it: it gathers the comm hook's
-  /// state to rank 0 (Controller::gather_comm_hook_state) before rank 0 writes.
+  /// state to rank 0 (Controller::gather_comm_hook_state) before rank 0 writes. Throws
+  /// hetseq::InputError naming the file that could not be written (on every rank, through the fence).
   void save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan);
   /// The checkpoint that a save now would write (the ranks compare its digest at start).
   Checkpoint snapshot(Controller& controller, IteratorPosition next, const DataPlan& plan) const;
 
  private:
+  void save_sharded(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan,
+                    std::optional<PowerSgdState> comm_hook_state, const optim::StatePiece& piece);
+
   CheckpointerOptions options_;
   CheckpointManager manager_;
   int64_t last_saved_ = -1;  // num_updates of the last save

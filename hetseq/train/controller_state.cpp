@@ -64,7 +64,9 @@ void Controller::load_optimizer_state(const TrainingState& s, const std::string&
     }
     optimizer_->set_hyperparameter(name, value);
   }
-  if (s.optimizer_state) {
+  if (s.optimizer_state && s.optimizer_pieces) {
+    optimizer_->load_state(*s.optimizer_state, *s.optimizer_pieces);  // a sharded checkpoint, re-cut
+  } else if (s.optimizer_state) {
     optimizer_->load_state(*s.optimizer_state);
   } else {
     log::warn("[checkpoint] {} has no optimizer state (saved with --no-save-optimizer-state): the optimizer "

@@ -146,12 +146,43 @@ void ShardedOptimizer::report_plan() {
 
 // Note [Sharded optimizer state in checkpoints]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The simplest correct form first: at a save every rank calls gather_state() (Checkpointer::save), which
-// broadcasts each rank's shard of every buffer (and its views' update counts) so that state() returns
-// exactly what the unsharded optimizer's state() would: "param.{i}.{buffer}" of parameter i's full shape.
-// The checkpoint is then an ordinary one, and load_state() re-cuts it: each rank narrows every buffer to
-// its own slices. So a checkpoint moves between world sizes, budgets and --zero-sharding none/os. The cost
-// is the full state in every rank's memory during a save; per-rank shard files are issue 27's target.
+// Under --zero-sharding os no rank holds the whole optimizer state, at a save or at a resume. For a
+// checkpoint name N.pt (checkpoint_last.pt, checkpoint_best.pt, checkpoint{E}.pt, checkpoint_{E}_{U}.pt)
+// a save writes, in --save-dir:
+//
+//   N.<id>.shard-<r>-of-<W>.pt  rank r's state_piece(): "param.{i}.step" and "param.{i}.{buffer}" (1-D,
+//                               parameter i's elements in the rank's range [first, first + numel) of the
+//                               flat space), with save id, rank, W, first and numel (torch.save format)
+//   N.<id>.manifest.json        save id, N, update count, W, total elements, and per rank: first, numel,
+//                               the shard file's name, size and CRC-32
+//   N.pt                        the whole model and every other entry as before; its optimizer state has
+//                               lr, num_steps and num_params, and `shards` {save_id, world_size}
+//
+// <id> is 16 random hex digits drawn by rank 0 at each save. The order (Checkpointer::save_sharded):
+// rank 0 picks the names and the id and shares them through the store (SaveFence::share); every rank
+// writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts its
+// entry (SaveFence::post); inside the checkpoint fence (Note [Checkpoint fence]) rank 0 collects every
+// entry (SaveFence::collect), copies the shards for the other names, writes one manifest per name, and
+// writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
+// shards and manifest carry the previous id in their names and were not touched, so a process killed at
+// any point leaves the previous checkpoint loadable (only one rename can be atomic; that is why the id
+// is in the names rather than a manifest of fixed name being renamed over the old one). Afterwards rank
+// 0 removes every other shard set of the names it wrote (earlier saves, and what a killed save left);
+// the retention flags remove a checkpoint's shard sets with it (CheckpointManager, remove_shard_sets).
+// A rank whose shard cannot be written posts its error, and every rank fails with it through the fence.
+//
+// Load (TrainSession::build_model, on every rank, before anything is written): N.pt names its save id;
+// OptimizerShards::open reads N.<id>.manifest.json, checks that its save id, world size and update count
+// are N.pt's and that every shard file exists with the listed size and CRC-32 (streamed, a MiB at a
+// time), and stops with one line naming the manifest or the shard file otherwise (an input error: exit
+// code 3). The optimizer then reads its range (StateSource::read_range): a ShardedOptimizer its own
+// shard of the new plan, which may span several old shard files, read one at a time and cut to the
+// overlaps; an unsharded optimizer the whole range. So a sharded checkpoint resumes on another world
+// size, other budgets or --zero-sharding none, and an ordinary checkpoint (full-size buffers in N.pt,
+// from none or from an older hetseq that gathered the shards) loads into os as before (load_state
+// narrows it). Peak memory: at a save the rank's own shard (it is streamed from the live buffers); at a
+// resume its new shard plus one old shard file. The ranks' resume check compares model, schedule and
+// position; each rank's shard was checked against the manifest. gather_state() remains for tests.
 
 void ShardedOptimizer::gather_state() {
   torch::NoGradGuard no_grad;
@@ -239,12 +270,59 @@ void ShardedOptimizer::gather_state() {
 
 std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
   if (!gathered_.empty()) return gathered_;
-  HETSEQ_ASSERT(state_bytes() == 0, "ShardedOptimizer::state() without gather_state() on every rank first");
   std::map<std::string, torch::Tensor> out;
   out["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
   out["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
   out["num_params"] = torch::scalar_tensor(static_cast<int64_t>(params().size()), torch::kInt64);
   return out;
+}
+
+std::optional<optim::StatePiece> ShardedOptimizer::state_piece() const {
+  optim::StatePiece piece;
+  piece.first = shard().first;
+  piece.numel = shard().numel;
+  // The shard optimizer's "param.{k}.*" (view k) become "param.{i}.*" of the parameter the view is in.
+  for (const auto& [key, t] : shard_->state()) {
+    if (key.rfind("param.", 0) != 0) continue;
+    const size_t dot = key.find('.', 6);
+    const auto k = static_cast<size_t>(std::stoll(key.substr(6, dot - 6)));
+    HETSEQ_ASSERT(k < slices_.size(), "shard optimizer state names view {} of {}", k, slices_.size());
+    piece.state[fmt::format("param.{}.{}", slices_[k].param, key.substr(dot + 1))] = t.reshape({-1});
+  }
+  return piece;
+}
+
+void ShardedOptimizer::load_state(const std::map<std::string, torch::Tensor>& scalars,
+                                  const optim::StateSource& pieces) {
+  const auto num_params = scalars.find("num_params");
+  if (num_params == scalars.end() || num_params->second.item<int64_t>() != static_cast<int64_t>(params().size())) {
+    throw InputError(fmt::format("optimizer state: {} parameters saved, the model has {}",
+                                 num_params == scalars.end() ? std::string("no count of") :
+                                                               std::to_string(num_params->second.item<int64_t>()),
+                                 params().size()));
+  }
+  std::vector<int64_t> numels;  // [param]
+  for (const auto& p : params()) numels.push_back(p.numel());
+  const optim::StatePiece piece = pieces.read_range(shard().first, shard().numel, numels);
+  std::map<std::string, torch::Tensor> mine;
+  for (const auto& [key, t] : scalars) {
+    if (key.rfind("param.", 0) != 0) mine[key] = t;
+  }
+  mine["num_params"] = torch::scalar_tensor(static_cast<int64_t>(views_.size()), torch::kInt64);
+  // View k holds the elements of parameter slices_[k].param that lie in the shard: the piece's entries
+  // of that parameter, which read_range cut to the same elements.
+  for (size_t k = 0; k < slices_.size(); ++k) {
+    const std::string prefix = fmt::format("param.{}.", slices_[k].param);
+    for (auto it = piece.state.lower_bound(prefix); it != piece.state.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      const std::string rest = it->first.substr(prefix.size());
+      HETSEQ_ASSERT(rest == "step" || it->second.numel() == slices_[k].numel,
+                    "read_range gave {} {} elements for a view of {}", it->first, it->second.numel(),
+                    slices_[k].numel);
+      mine[fmt::format("param.{}.{}", k, rest)] = it->second;
+    }
+  }
+  shard_->load_state(mine);
+  set_lr(shard_->lr());
 }
 
 void ShardedOptimizer::load_state(const std::map<std::string, torch::Tensor>& state) {

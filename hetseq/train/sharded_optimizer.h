@@ -53,15 +53,24 @@ class ShardedOptimizer final : public optim::Optimizer {
   int64_t state_buffers() const override { return shard_->state_buffers(); }
 
   /// A collective: every rank's shard of the state to every rank, kept for state() until the next step.
+  /// Checkpoints do not use it (they keep each rank's shard in its own file: state_piece()); it gives
+  /// tests and tools the unsharded form.
   void gather_state() override;
-  /// The state in the unsharded optimizer's form (full-size buffers of every parameter), as gathered by
-  /// gather_state(); before any step, lr, num_steps and num_params alone. Asserts that gather_state()
-  /// ran when the shard holds buffers.
+  /// lr, num_steps and num_params; with the full-size buffers of every parameter (the unsharded
+  /// optimizer's form) only after gather_state(), until the next step. A checkpoint takes the buffers
+  /// from state_piece().
   std::map<std::string, torch::Tensor> state() const override;
-  /// Loads an unsharded-form state (as written by state(), or by an unsharded run): each rank takes its
-  /// shard's slices, so a checkpoint resumes on any world size, budgets or --zero-sharding. Throws
-  /// hetseq::InputError when the parameter count differs, or as the shard optimizer's load_state().
+  /// Loads an unsharded-form state (as written by an unsharded run, or by gather_state() and state()):
+  /// each rank takes its shard's slices, so a checkpoint resumes on any world size, budgets or
+  /// --zero-sharding. Throws hetseq::InputError when the parameter count differs, or as the shard
+  /// optimizer's load_state().
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
+  /// Loads a sharded checkpoint's state: this rank reads its own shard's range from `pieces` (the shard
+  /// files it overlaps, whatever world size and budgets wrote them). Throws as load_state() and as
+  /// StateSource::read_range(). See Note [Sharded optimizer state in checkpoints].
+  void load_state(const std::map<std::string, torch::Tensor>& scalars, const optim::StateSource& pieces) override;
+  /// This rank's shard of the buffers, per parameter (aliasing the live buffers): what its shard file keeps.
+  std::optional<optim::StatePiece> state_piece() const override;
 
   /// This rank's shard of the flat parameter space.
   ShardRange shard() const { return gather_->plan()[static_cast<size_t>(gather_->rank())]; }

@@ -139,10 +139,13 @@ TEST_CASE("A sharded checkpoint (os, budgets 1:1:2) resumes under other budgets 
   for (const auto* dir : {&dir_os, &dir_none}) {
     require_all(train(dir->path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
   }
-  // The checkpoint is in the ordinary form: full-size Adam buffers for every parameter.
+  // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/distributed/
+  // test_sharded_checkpoint.cpp checks them); the file itself has the scalars.
   const auto saved = hetseq::load_checkpoint(dir_os / "ck/checkpoint_last.pt");
   REQUIRE(saved.optimizer_state.has_value());
-  CHECK(saved.optimizer_state->at("param.0.exp_avg").sizes() == expected[0].sizes());
+  CHECK(saved.optimizer_state->count("param.0.exp_avg") == 0);
+  REQUIRE(saved.optimizer_shards.has_value());
+  CHECK(saved.optimizer_shards->world_size == 3);
   const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 30, true);
   require_all(os, "resumed os 3:1:1");
   CHECK_THAT(os[0].err, Catch::Contains("resumed from"));
