@@ -35,9 +35,8 @@ namespace hetseq {
 // Not counted: LibTorch's and the program's own memory (code, the thread pools, the allocator's
 // caches and fragmentation), the training data in memory, the data loader's prefetched batches, the
 // reducer's communication buffers beyond the buckets (Gloo's), a checkpoint being written (its
-// serialised bytes, and under os the gathered full optimizer state at a save), the validation passes,
-// and micro-batches larger than the one measured (longer sequences than the first samples', or a share
-// that --auto-balance grows without a cap). So a budget that passes is necessary, not sufficient: leave
+// serialised bytes), the validation passes, and micro-batches larger than the one measured (longer
+// sequences than the first samples', or a share that --auto-balance grows without a cap). So a budget that passes is necessary, not sufficient: leave
 // room beside it. When the budget is the free memory (the default under os), it is read after the model
 // was built, so the parameters are already taken from it and not counted again.
 
