@@ -109,7 +109,7 @@ TEST_CASE("Sharding os: a rank whose budget cannot hold the model stops every ra
   CHECK(nothing_in(dir / "ck"));
 }
 
-TEST_CASE("--memory-budget under none: one byte short of the need stops before training, the need itself trains",
+TEST_CASE("Sharding none with --memory-budget: one byte short of the need stops before training, the need itself trains",
           "[distributed][multiprocess][memory]") {
   TempDir dir;
   const int64_t T = mnist_numel();
