@@ -25,7 +25,8 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()
 // Only rank 0 writes a checkpoint, and the other ranks' next step is a collective, which would wait
 // for rank 0 under --distributed-timeout: a save slower than that (multi-GB state on a shared
 // filesystem) failed the run. So every rank passes a fence at each save point. Rank 0 writes while a
-// thread adds 1 to "save/<id>/beat" every 0.5 s, then sets "save/<id>/done" to "ok" or to its error.
+// thread adds 1 to "save/<id>.<n>/beat" every 0.5 s, then sets "save/<id>.<n>/done" to "ok" or to its
+// error (n: the save points at update <id> before this one, prefix()).
 // The others wait for "done" on the store, not in a collective: they give up only when the heartbeat
 // has not moved for --distributed-timeout (rank 0 died or hangs: a lost peer, as a collective would
 // have said) or the save has run past --checkpoint-timeout. A rank 0 that died while hosting the TCP
@@ -37,9 +38,20 @@ SaveFence::SaveFence(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_
   HETSEQ_ASSERT(store_, "SaveFence without a store");
 }
 
+std::string SaveFence::prefix(int64_t id) const {
+  const auto it = runs_.find(id);
+  return fmt::format("save/{}.{}", id, it == runs_.end() ? 0 : it->second);
+}
+
 void SaveFence::run(int64_t id, const std::function<void()>& write) {
-  const std::string beat_key = fmt::format("save/{}/beat", id);
-  const std::string done_key = fmt::format("save/{}/done", id);
+  const std::string beat_key = prefix(id) + "/beat";
+  const std::string done_key = prefix(id) + "/done";
+  // Every rank counts the run, however it ends, so that the next save point with this id uses new keys.
+  struct Count {
+    std::map<int64_t, int64_t>& runs;
+    int64_t id;
+    ~Count() { ++runs[id]; }
+  } count{runs_, id};
   if (rank_ == 0) {
     std::mutex mutex;
     std::condition_variable wake;
@@ -117,7 +129,7 @@ void SaveFence::run(int64_t id, const std::function<void()>& write) {
 }
 
 std::string SaveFence::share(int64_t id, const std::string& value) {
-  const std::string key = fmt::format("save/{}/share", id);
+  const std::string key = prefix(id) + "/share";
   if (rank_ == 0) {
     store_->set(key, bytes_of(value));
     return value;
@@ -143,7 +155,7 @@ std::string SaveFence::share(int64_t id, const std::string& value) {
 
 void SaveFence::post(int64_t id, const std::string& record) {
   HETSEQ_ASSERT(rank_ != 0, "SaveFence::post on rank 0");
-  store_->set(fmt::format("save/{}/part/{}", id, rank_), bytes_of(record));
+  store_->set(fmt::format("{}/part/{}", prefix(id), rank_), bytes_of(record));
 }
 
 std::vector<std::string> SaveFence::collect(int64_t id) {
@@ -151,7 +163,7 @@ std::vector<std::string> SaveFence::collect(int64_t id) {
   std::vector<std::string> records(static_cast<size_t>(world_size_));  // [rank]
   const auto start = Clock::now();
   for (int64_t r = 1; r < world_size_; ++r) {
-    const std::string key = fmt::format("save/{}/part/{}", id, r);
+    const std::string key = fmt::format("{}/part/{}", prefix(id), r);
     while (!store_->check({key})) {
       if (Clock::now() - start > limit_) {
         throw PeerError(fmt::format("rank {} did not write its part of the checkpoint at update {} within "

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,8 @@ class SaveFence {
   SaveFence(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size, std::chrono::milliseconds liveness,
             std::chrono::milliseconds limit);
 
-  /// Every rank calls it at the same save point, with an `id` no earlier save point used (the update
-  /// count). Rank 0 runs `write` while a thread beats a heartbeat into the store, then tells the
+  /// Every rank calls it at the same save point, with an `id` naming it in messages (the update count;
+  /// two save points may share one, see prefix()). Rank 0 runs `write` while a thread beats a heartbeat into the store, then tells the
   /// others how it went; the other ranks do not run `write` and return when rank 0 is done. Throws
   /// on rank 0 whatever `write` throws; on the others hetseq::InputError with rank 0's message when its
   /// save failed, and hetseq::PeerError when rank 0's heartbeat stops for `liveness` or the save takes
@@ -43,11 +44,17 @@ class SaveFence {
   std::vector<std::string> collect(int64_t id);
 
  private:
+  /// The store keys' prefix for the save point `id`: "save/<id>.<n>", n the number of run()s with this
+  /// `id` before, so that two save points at one update count (an epoch's end after an interval save
+  /// when fp16 skipped every update in between) never read each other's keys.
+  std::string prefix(int64_t id) const;
+
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t rank_;
   int64_t world_size_;
   std::chrono::milliseconds liveness_;
   std::chrono::milliseconds limit_;
+  std::map<int64_t, int64_t> runs_;  // [id] run()s finished (or failed) with that id
 };
 
 }  // namespace hetseq

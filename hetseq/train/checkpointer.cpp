@@ -91,26 +91,27 @@ void Checkpointer::save_sharded(Controller& controller, const SavePoint& point, 
   const std::string save_id = announce.substr(0, space);
   const fs::path first = announce.substr(space + 1);
 
-  // 1. Every rank writes its own shard, for the first file's name.
+  // 1. Every rank writes its own shard, for the first file's name; rank 0 inside the fence's run(), so
+  // that its heartbeat covers that write too (the others wait in run() meanwhile, and give up after
+  // --distributed-timeout without a beat).
   ShardFileEntry mine;
-  std::exception_ptr failed;
-  try {
+  auto write_mine = [&] {
     mine = write_optimizer_shard(piece, save_id, rank, world, shard_file_path(first, save_id, rank, world));
-  } catch (const std::exception& e) {
-    failed = std::current_exception();
-    if (rank != 0) {
+  };
+  if (rank != 0) {
+    try {
+      write_mine();
+    } catch (const std::exception& e) {
       fence.post(id, fmt::format("error {}", e.what()));
       throw;
     }
-  }
-  if (rank != 0) {
     fence.post(id, fmt::format("ok {} {} {} {} {}", mine.first, mine.numel, mine.bytes, mine.crc32, mine.file));
   }
 
   // 2. Rank 0, once every shard is written: the copies for the other names, a manifest per name, and
   // the checkpoint itself last, whose rename commits the save.
   auto write = [&] {
-    if (failed) std::rethrow_exception(failed);
+    write_mine();
     std::vector<ShardFileEntry> shards{mine};  // [rank]
     const std::vector<std::string> records = fence.collect(id);
     for (int64_t r = 1; r < world; ++r) {

@@ -1,5 +1,6 @@
 // The run's keys in the rendezvous store (Note [Rendezvous keys]): prefixes per run and attempt,
 // arrivals counted with add(), a rank claimed twice; and the checkpoint fence (Note [Checkpoint fence]).
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -119,4 +120,45 @@ TEST_CASE("the checkpoint fence holds the other ranks for a slow save and report
                                   "heartbeat for 1 s, --distributed-timeout)"));
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("two save points at one update count use their own fence keys: the second shares its own value and "
+          "waits for its own write",
+          "[rendezvous][fence]") {
+  // fp16 can skip every update between an interval save and the epoch's end: both save at update 5.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> shared(2);
+  std::vector<std::string> posted;
+  std::atomic<bool> second_written{false};
+  bool rank1_saw_second_written = false;
+  std::exception_ptr failed;
+  std::thread one([&] {
+    try {
+      SaveFence fence(store, 1, 2, 5s, 60s);
+      for (int save = 0; save < 2; ++save) {
+        shared[static_cast<size_t>(save)] = fence.share(5, "");
+        fence.post(5, "ok from save " + std::to_string(save));
+        fence.run(5, [] {});
+      }
+      rank1_saw_second_written = second_written;  // written by rank 0 before its run() returned
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  SaveFence fence(store, 0, 2, 5s, 60s);
+  for (int save = 0; save < 2; ++save) {
+    fence.share(5, "save " + std::to_string(save));
+    fence.run(5, [&] {
+      posted.push_back(fence.collect(5)[1]);
+      if (save == 1) {
+        std::this_thread::sleep_for(300ms);  // rank 1 must still be waiting
+        second_written = true;
+      }
+    });
+  }
+  one.join();
+  REQUIRE(!failed);
+  CHECK(shared == std::vector<std::string>{"save 0", "save 1"});
+  CHECK(posted == std::vector<std::string>{"ok from save 0", "ok from save 1"});
+  CHECK(rank1_saw_second_written);
 }
