@@ -181,7 +181,8 @@ void write_checkpoint_seeds(const fs::path& dir) {
   altered[altered.size() - 3] = static_cast<char>(altered[altered.size() - 3] ^ 0x40);
   write_text(dir / "bad-records-checksum", altered);
   hetseq::Checkpoint future = minimal;
-  future.format_version = hetseq::Checkpoint::kFormatVersion + 1;
+  // Version 2 is a sharded checkpoint's; this one has no shards (earlier seeds: a version from the future).
+  future.format_version = hetseq::Checkpoint::kShardedFormatVersion;
   write_file(dir / "bad-format-version.pt", hetseq::encode_checkpoint(future));
 }
 

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 // A checkpoint is one archive in torch.save's format (torch::pickle_save), so that Python reads it
 // with `torch.load(path, weights_only=True)` and the same torch version. It holds a dict:
 //
-//   format_version, torch_version                      what wrote it
+//   format_version, torch_version                      what wrote it (version 2 with shards)
 //   model               {name: tensor}                 parameters and buffers
 //   optimizer           {name, options {k: float}, state {k: tensor},   (no state with
 //                        loss_scaler {k: float},        --no-save-optimizer-state; no loss_scaler
@@ -417,7 +417,7 @@ c10::IValue powersgd_entry(const PowerSgdState& p, const TensorForm& form) {
 void with_checkpoint_tree(const Checkpoint& c, const TensorForm& form, const detail::ArchiveTensors* tensors,
                           const std::function<void(const Dict&)>& write) {
   Dict root = new_dict();
-  root.insert("format_version", c.format_version);
+  root.insert("format_version", c.optimizer_shards ? Checkpoint::kShardedFormatVersion : c.format_version);
   root.insert("torch_version", c.torch_version.empty() ? std::string(TORCH_VERSION) : c.torch_version);
   insert_state(root, c, form);
 
@@ -540,9 +540,9 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   r.plain_values(archive.value, "", archive.record_sizes);
   const Dict root = archive.value.toGenericDict();
   const int64_t version = r.integer(root, "format_version");
-  if (version != Checkpoint::kFormatVersion) {
-    throw InputError(fmt::format("{}: checkpoint format version {}, but this hetseq reads version {}", source, version,
-                                 Checkpoint::kFormatVersion));
+  if (version != Checkpoint::kFormatVersion && version != Checkpoint::kShardedFormatVersion) {
+    throw InputError(fmt::format("{}: checkpoint format version {}, but this hetseq reads versions {} and {}", source,
+                                 version, Checkpoint::kFormatVersion, Checkpoint::kShardedFormatVersion));
   }
   const int64_t stored = r.integer(root, "checksum");
   const int64_t actual = checksum_of(root, "checksum");
@@ -564,6 +564,10 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.optimizer_options = r.doubles(optimizer, "options");
   if (optimizer.contains("state")) c.optimizer_state = r.tensors(optimizer, "state");
   if (optimizer.contains("loss_scaler")) c.loss_scaler = r.doubles(optimizer, "loss_scaler");
+  if (optimizer.contains("shards") != (version == Checkpoint::kShardedFormatVersion)) {
+    r.fail(fmt::format("format version {} {} the entry 'optimizer.shards'", version,
+                       optimizer.contains("shards") ? "with" : "without"));
+  }
   if (optimizer.contains("shards")) {
     const Dict shards = r.dict(optimizer, "shards");
     c.optimizer_shards = OptimizerShardsRef{r.text(shards, "save_id"), r.integer(shards, "world_size")};

@@ -38,6 +38,9 @@ struct OptimizerShardsRef {
 /// TrainingState and where the data stands. See Note [Checkpoint file].
 struct Checkpoint : TrainingState {
   static constexpr int64_t kFormatVersion = 1;
+  /// A checkpoint whose optimizer buffers are in shard files: a build that reads only version 1 refuses
+  /// it instead of resuming with the optimizer's moments silently reset. Ordinary checkpoints stay 1.
+  static constexpr int64_t kShardedFormatVersion = 2;
 
   int64_t epoch = 1;   // the epoch of the next update
   int64_t offset = 0;  // samples of that epoch's permutation already consumed

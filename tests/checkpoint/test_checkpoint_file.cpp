@@ -126,6 +126,22 @@ TEST_CASE("a checkpoint holding a key that is not a string or a value of another
              Contains("tuple.pt") && Contains("the entry 'extra_state' holds a value of type Tuple"));
 }
 
+TEST_CASE("a checkpoint with optimizer shards is format version 2, an ordinary one 1, and another version is refused",
+          "[checkpoint]") {
+  Checkpoint c = sample_checkpoint();
+  CHECK(hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "plain.pt").format_version == 1);
+  c.optimizer_shards = hetseq::OptimizerShardsRef{"0123456789abcdef", 3};
+  const Checkpoint sharded = hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "sharded.pt");
+  CHECK(sharded.format_version == 2);
+  REQUIRE(sharded.optimizer_shards);
+  CHECK(sharded.optimizer_shards->save_id == "0123456789abcdef");
+  // A build that reads only version 1 refuses the sharded file rather than resume without the buffers.
+  c.optimizer_shards.reset();
+  c.format_version = 3;
+  CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "future.pt"); }),
+             Contains("future.pt: checkpoint format version 3, but this hetseq reads versions 1 and 2"));
+}
+
 TEST_CASE("truncated checkpoints are clear errors naming the file", "[checkpoint]") {
   TempDir dir;
   const std::vector<char> bytes = hetseq::encode_checkpoint(sample_checkpoint());
