@@ -217,6 +217,21 @@ std::vector<fs::path> remove_shard_sets(const fs::path& checkpoint, const std::s
   return removed;
 }
 
+std::vector<fs::path> remove_orphan_shard_sets(const fs::path& dir) {
+  static const std::regex kPattern(R"((.+)\.[0-9a-f]{16}\.(shard-\d+-of-\d+\.pt|manifest\.json))");
+  std::vector<fs::path> doomed, removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, kPattern) && !fs::exists(dir / (m[1].str() + ".pt"))) doomed.push_back(entry.path());
+  }
+  for (const auto& p : doomed) {
+    if (fs::remove(p, ec)) removed.push_back(p);
+  }
+  return removed;
+}
+
 OptimizerShards::OptimizerShards(fs::path checkpoint, fs::path manifest_file, ShardManifest manifest)
     : checkpoint_(std::move(checkpoint)), manifest_file_(std::move(manifest_file)), manifest_(std::move(manifest)) {}
 

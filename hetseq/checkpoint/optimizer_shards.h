@@ -62,6 +62,12 @@ ShardManifest read_manifest(const std::filesystem::path& path);
 std::vector<std::filesystem::path> remove_shard_sets(const std::filesystem::path& checkpoint,
                                                      const std::string& keep = "");
 
+/// Removes the shard files and manifests in `dir` whose checkpoint (the name before ".<save id>.") is not
+/// there: what a save killed before its checkpoint's rename left under a name that is never written again
+/// (an interval checkpoint), or a prune killed between the checkpoint and its shards. Rank 0 calls it at
+/// start, before any save. Returns the removed files.
+std::vector<std::filesystem::path> remove_orphan_shard_sets(const std::filesystem::path& dir);
+
 /// The optimizer buffers of a sharded checkpoint, checked: read by range from its shard files, so that a
 /// rank reads the files its new shard overlaps, one at a time (the re-cut of a resume).
 class OptimizerShards final : public optim::StateSource {

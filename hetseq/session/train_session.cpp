@@ -128,6 +128,11 @@ void TrainSession::build_model(const FlagValues& flags) {
     if (const int n = remove_stale_temporaries(ck.save.save_dir); n > 0) {
       log::info("[checkpoint] removed {} temporary file(s) that an interrupted save left in {}", n, ck.save.save_dir);
     }
+    if (const auto orphans = remove_orphan_shard_sets(ck.save.save_dir); !orphans.empty()) {
+      log::info("[checkpoint] removed {} optimizer shard file(s) and manifest(s) of checkpoints that are not in {} "
+                "(an interrupted save or prune)",
+                orphans.size(), ck.save.save_dir);
+    }
   }
   if (o_.mixed_precision.precision == Precision::kFloat16 && world_.device().is_cpu() &&
       avoid_slow_cpu_fp16_kernels()) {

@@ -160,15 +160,18 @@ void ShardedOptimizer::report_plan() {
 //
 // <id> is 16 random hex digits drawn by rank 0 at each save. The order (Checkpointer::save_sharded):
 // rank 0 picks the names and the id and shares them through the store (SaveFence::share); every rank
-// writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts its
-// entry (SaveFence::post); inside the checkpoint fence (Note [Checkpoint fence]) rank 0 collects every
-// entry (SaveFence::collect), copies the shards for the other names, writes one manifest per name, and
+// but 0 writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts
+// its entry (SaveFence::post); inside the checkpoint fence (Note [Checkpoint fence]), under its
+// heartbeat, rank 0 writes its own, collects every entry (SaveFence::collect), copies the shards for the other names, writes one manifest per name, and
 // writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
 // shards and manifest carry the previous id in their names and were not touched, so a process killed at
 // any point leaves the previous checkpoint loadable (only one rename can be atomic; that is why the id
 // is in the names rather than a manifest of fixed name being renamed over the old one). Afterwards rank
 // 0 removes every other shard set of the names it wrote (earlier saves, and what a killed save left);
-// the retention flags remove a checkpoint's shard sets with it (CheckpointManager, remove_shard_sets).
+// the retention flags remove a checkpoint's shard sets with it (CheckpointManager, remove_shard_sets),
+// and at start rank 0 removes the sets whose N.pt is not there (remove_orphan_shard_sets: a save killed
+// under a name never written again, such as an interval checkpoint's). The fence's store keys are per
+// save point, not per update count (Note [Checkpoint fence]): fp16 can skip every update between two.
 // A rank whose shard cannot be written posts its error, and every rank fails with it through the fence.
 //
 // Load (TrainSession::build_model, on every rank, before anything is written): N.pt names its save id;

@@ -116,6 +116,27 @@ std::string line_with(const std::string& err, const std::string& text) {
 
 }  // namespace
 
+TEST_CASE("Shard files and manifests whose checkpoint is gone are removed at start, and no other file",
+          "[checkpoint][zero_shard]") {
+  TempDir dir;
+  const std::string id = "0123456789abcdef", other = "fedcba9876543210";
+  const std::vector<std::string> kept{"checkpoint_last.pt", "checkpoint_last." + id + ".shard-0-of-2.pt",
+                                      "checkpoint_last." + id + ".manifest.json",
+                                      "checkpoint_last." + other + ".shard-1-of-2.pt",  // a rewritten name's: a save removes it
+                                      "checkpoint_1_4.pt.tmp", "notes.txt", "checkpoint_2_8.0123.shard-0-of-2.pt"};
+  const std::vector<std::string> orphans{"checkpoint_1_4." + id + ".shard-0-of-2.pt",
+                                         "checkpoint_1_4." + id + ".shard-1-of-2.pt",
+                                         "checkpoint_1_4." + id + ".manifest.json",
+                                         "checkpoint_best." + other + ".manifest.json"};
+  for (const auto& name : kept) std::ofstream(dir / name) << "x";
+  for (const auto& name : orphans) std::ofstream(dir / name) << "x";
+  std::set<std::string> removed;
+  for (const auto& p : hetseq::remove_orphan_shard_sets(dir.path())) removed.insert(p.filename().string());
+  CHECK(removed == std::set<std::string>(orphans.begin(), orphans.end()));
+  for (const auto& name : kept) CHECK(fs::exists(dir / name));
+  for (const auto& name : orphans) CHECK(!fs::exists(dir / name));
+}
+
 TEST_CASE("Optimizer shard files re-cut onto any range: a range spanning several files, straddled parameters",
           "[checkpoint][zero_shard]") {
   TempDir dir;
