@@ -162,8 +162,8 @@ void ShardedOptimizer::report_plan() {
 // rank 0 picks the names and the id and shares them through the store (SaveFence::share); every rank
 // but 0 writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts
 // its entry (SaveFence::post); inside the checkpoint fence (Note [Checkpoint fence]), under its
-// heartbeat, rank 0 writes its own, collects every entry (SaveFence::collect), copies the shards for the other names, writes one manifest per name, and
-// writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
+// heartbeat, rank 0 writes its own, collects every entry (SaveFence::collect), copies the shards for
+// the other names, writes one manifest per name, and writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
 // shards and manifest carry the previous id in their names and were not touched, so a process killed at
 // any point leaves the previous checkpoint loadable (only one rename can be atomic; that is why the id
 // is in the names rather than a manifest of fixed name being renamed over the old one). Afterwards rank
