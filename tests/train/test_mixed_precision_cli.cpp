@@ -93,7 +93,7 @@ TEST_CASE("an fp16 run stopped and resumed is bit-identical to the run never sto
   auto run = [&](const std::string& save_dir, int updates) {
     return run_process(with(mnist_args(dir.path(), save_dir),
                             {"--fp16", "--fp16-init-scale", "1048576", "--fp16-scale-window", "2", "--max-sentences",
-                             "16", "--max-update", std::to_string(updates)}),
+                             "8", "--max-update", std::to_string(updates)}),
                        300s);
   };
   const auto straight = run(dir / "straight", 9);
