@@ -241,13 +241,14 @@ TEST_CASE("fp16 autocast with a loss scale trains the mnist model on the CPU", "
   Trainer t(dir.path(), Precision::kFloat16, scaler_options(128, 2000));
   // The same 32 samples again and again: the loss must fall (memorisation).
   double first = 0, last = 0;
-  for (int64_t u = 0; u < 30; ++u) {
+  for (int64_t u = 0; u < 22; ++u) {
     const auto r = t.update(u % 2);
     REQUIRE(!r.skipped);
     const double loss = r.sums.at("loss") / r.sums.at("sample_size");
     if (u < 2) first += loss / 2;
-    if (u >= 28) last += loss / 2;
+    if (u >= 20) last += loss / 2;
   }
+  INFO("mean loss of the first two updates " << first << ", of the last two " << last);
   CHECK(last < 0.5 * first);
 }
 
