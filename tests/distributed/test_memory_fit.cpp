@@ -27,12 +27,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // The first 500 training images of the shipped Fashion-MNIST, written once per test process.
-const std::string& small_data() {
-  static const TempDir dir;
-  static const bool written = (write_mnist_prefix(fashion_mnist_dir(), dir.path(), 500, 100), true);
-  (void)written;
-  return dir.path();
-}
+const std::string& small_data() { return fashion_mnist_prefix(500, 100); }
 
 // A --memory-budget in GB that hetseq-train reads back as exactly `bytes` (bytes / 2^30 is exact in a
 // double, and 17 significant digits print it exactly).

@@ -27,12 +27,7 @@ namespace {
 
 // The first 2000 training and 500 test images of the shipped Fashion-MNIST, written once per test process:
 // real data, without every rank of every run loading and normalising all 60000 images.
-const std::string& small_data() {
-  static const TempDir dir;
-  static const bool written = (write_mnist_prefix(hetseq::test::fashion_mnist_dir(), dir.path(), 2000, 500), true);
-  (void)written;
-  return dir.path();
-}
+const std::string& small_data() { return fashion_mnist_prefix(2000, 500); }
 
 // Flags shared by every run: MNIST without dropout, deterministic CPU work, no validation.
 std::vector<std::string> base_args(const std::string& save_dir, int updates) {

@@ -36,12 +36,7 @@ using Catch::Contains;
 namespace {
 
 // The first 1500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
-const std::string& small_data() {
-  static const TempDir dir;
-  static const bool written = (write_mnist_prefix(fashion_mnist_dir(), dir.path(), 1500, 100), true);
-  (void)written;
-  return dir.path();
-}
+const std::string& small_data() { return fashion_mnist_prefix(1500, 100); }
 
 // Rank r's command line of a run on `batches.size()` ranks (batch sizes `batches`, 49 samples per update in
 // all), Adam with weight decay and --clip-norm, checkpoints with the optimizer state in `dir`/ck, up to

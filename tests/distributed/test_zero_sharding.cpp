@@ -22,12 +22,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // The first 2500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
-const std::string& small_data() {
-  static const TempDir dir;
-  static const bool written = (write_mnist_prefix(fashion_mnist_dir(), dir.path(), 2500, 100), true);
-  (void)written;
-  return dir.path();
-}
+const std::string& small_data() { return fashion_mnist_prefix(2500, 100); }
 
 // 3 ranks with batches 7, 13, 29 and (under os) the given budgets in GB: Adam with weight decay and
 // --clip-norm (which clips at every update here) up to update `updates`, resuming from the checkpoint in

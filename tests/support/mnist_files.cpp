@@ -1,10 +1,15 @@
 #include "support/mnist_files.h"
 
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "support/temp_dir.h"
+#include "support/test_paths.h"
 #include "tasks/mnist/idx_reader.h"
 
 namespace hetseq::test {
@@ -61,6 +66,19 @@ void write_mnist_prefix(const std::string& source, const std::string& dir, int64
               static_cast<const char*>(images.data_ptr()));
     write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", 0x801, {count}, static_cast<const char*>(labels.data_ptr()));
   }
+}
+
+const std::string& fashion_mnist_prefix(int64_t train, int64_t test) {
+  static std::mutex mutex;
+  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<TempDir>> dirs;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& dir = dirs[{train, test}];
+  if (!dir) {
+    auto made = std::make_unique<TempDir>();
+    write_mnist_prefix(fashion_mnist_dir(), made->path(), train, test);
+    dir = std::move(made);
+  }
+  return dir->path();
 }
 
 }  // namespace hetseq::test

@@ -16,4 +16,9 @@ void write_random_mnist(const std::string& dir, int64_t train, int64_t test, uin
 /// validation passes (bf16 on a CPU without bf16 instructions takes about 0.4 s per 32 samples).
 void write_mnist_prefix(const std::string& source, const std::string& dir, int64_t train, int64_t test);
 
+/// The directory of the first `train` and `test` samples of the shipped Fashion-MNIST (fashion_mnist_dir()),
+/// written by write_mnist_prefix once per test process and size, and removed when the process exits: real data
+/// for multi-process tests, without every rank of every run loading and normalising all 60000 images.
+const std::string& fashion_mnist_prefix(int64_t train, int64_t test);
+
 }  // namespace hetseq::test
