@@ -759,7 +759,19 @@ rehearse() {
     HETSEQ_TORCH_LIB="$tmp/site/torch/lib" HETSEQ_TORCH_VERSION="$version" \
     bash "$tmp/pack/gpu_check.sh" --run --steps route,tests,mnist2 --tests "$REHEARSE_TESTS" --budget 400
   local rc=$?
-  python3 - "$out_dir/summary.json" <<'PYEOF' || die "the rehearsal's --run failed (summary above; logs in $out_dir)"
+  # A failed step's log, into this output (the next rehearsal replaces $out_dir): the route's ldd check failed
+  # once in 6 suite runs, and twice its log was lost that way.
+  show_failed_logs() {
+    local log
+    for log in "$out_dir"/logs/*.log; do
+      [ -f "$log" ] || continue
+      grep -q "\"status\": \"failed\"" "$out_dir/steps/$(basename "$log" .log).json" 2>/dev/null || continue
+      echo "--- $log (last 40 lines)" >&2
+      tail -n 40 "$log" >&2
+    done
+  }
+  python3 - "$out_dir/summary.json" <<'PYEOF' ||
+    { show_failed_logs; die "the rehearsal's --run failed (summary and failed steps' logs above; logs in $out_dir)"; }
 import json, sys
 s = json.load(open(sys.argv[1]))
 for step in s["steps"]:
