@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <regex>
 
@@ -197,39 +198,38 @@ ShardManifest read_manifest(const fs::path& path) {
   return m;
 }
 
-std::vector<fs::path> remove_shard_sets(const fs::path& checkpoint, const std::string& keep) {
-  std::vector<fs::path> removed;
-  const fs::path dir = checkpoint.parent_path().empty() ? fs::path(".") : checkpoint.parent_path();
-  // Built from the stem, whose characters are taken literally.
-  static const std::regex kSpecial(R"([.^$|()\[\]{}*+?\\])");
-  const std::regex pattern(std::regex_replace(stem_of(checkpoint), kSpecial, R"(\$&)") +
-                           R"(\.([0-9a-f]{16})\.(shard-\d+-of-\d+\.pt|manifest\.json))");
+namespace {
+
+// Removes the shard files and manifests in `dir` ("<stem>.<save id>.shard-r-of-W.pt", "<stem>.<save
+// id>.manifest.json") for which `doomed(stem, save_id)` holds; returns the removed files.
+std::vector<fs::path> remove_shard_files(const fs::path& dir,
+                                         const std::function<bool(const std::string&, const std::string&)>& doomed) {
+  static const std::regex kName(R"((.+)\.([0-9a-f]{16})\.(shard-\d+-of-\d+\.pt|manifest\.json))");
+  std::vector<fs::path> found, removed;
   std::error_code ec;
-  std::vector<fs::path> doomed;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
-    if (std::regex_match(name, m, pattern) && m[1].str() != keep) doomed.push_back(entry.path());
+    if (std::regex_match(name, m, kName) && doomed(m[1].str(), m[2].str())) found.push_back(entry.path());
   }
-  for (const auto& p : doomed) {
+  for (const auto& p : found) {
     if (fs::remove(p, ec)) removed.push_back(p);
   }
   return removed;
 }
 
+}  // namespace
+
+std::vector<fs::path> remove_shard_sets(const fs::path& checkpoint, const std::string& keep) {
+  const fs::path dir = checkpoint.parent_path().empty() ? fs::path(".") : checkpoint.parent_path();
+  const std::string stem = stem_of(checkpoint);
+  return remove_shard_files(dir, [&](const std::string& s, const std::string& id) { return s == stem && id != keep; });
+}
+
 std::vector<fs::path> remove_orphan_shard_sets(const fs::path& dir) {
-  static const std::regex kPattern(R"((.+)\.[0-9a-f]{16}\.(shard-\d+-of-\d+\.pt|manifest\.json))");
-  std::vector<fs::path> doomed, removed;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    std::smatch m;
-    if (std::regex_match(name, m, kPattern) && !fs::exists(dir / (m[1].str() + ".pt"))) doomed.push_back(entry.path());
-  }
-  for (const auto& p : doomed) {
-    if (fs::remove(p, ec)) removed.push_back(p);
-  }
-  return removed;
+  return remove_shard_files(dir, [&](const std::string& stem, const std::string&) {
+    return !fs::exists(dir / (stem + ".pt"));
+  });
 }
 
 OptimizerShards::OptimizerShards(fs::path checkpoint, fs::path manifest_file, ShardManifest manifest)
