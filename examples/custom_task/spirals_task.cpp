@@ -2,6 +2,7 @@
 #include <hetseq/hetseq.h>
 
 namespace {
+const hetseq::Metric kCorrect{"ncorrect"};  // correct predictions, summed on the device
 // `points` points of two spirals (label 0 and 1, alternating), made without files or randomness.
 class Spirals : public hetseq::Dataset {
  public:
@@ -34,11 +35,11 @@ class SpiralsTask : public hetseq::ModelTask<torch::nn::SequentialImpl> {
     hetseq::StepOutput out;  // the loss summed over the batch, and the count it sums over
     out.loss = F::cross_entropy(logits, batch.at("y"), F::CrossEntropyFuncOptions().reduction(torch::kSum));
     out.sample_size = static_cast<double>(batch.num_samples);
-    out.log_tensors["ncorrect"] = logits.argmax(1).eq(batch.at("y")).sum();
+    out.add(kCorrect, logits.argmax(1).eq(batch.at("y")).sum());
     return out;
   }
-  std::map<std::string, double> derived_metrics(const hetseq::LogSums& sums) const override {
-    return {{"accuracy", 100 * hetseq::sum_or(sums, "ncorrect") / hetseq::sum_or(sums, "sample_size", 1)}};
+  std::vector<hetseq::Ratio> ratios() const override {  // logged as `accuracy`: 100 * ncorrect / sample_size
+    return {{"accuracy", kCorrect, hetseq::metrics::kSampleSize, 100}};
   }
   int64_t hidden_, points_;
 };

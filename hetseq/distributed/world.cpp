@@ -130,6 +130,10 @@ void World::leave(int exit_code) {
   exit_at_once(exit_code);
 }
 
+void World::finish() {
+  if (joined_) leave_rendezvous(*joined_, rendezvous_timeout_);
+}
+
 void World::abandon(int exit_code) {
   if (g_joined) exit_at_once(exit_code);
 }

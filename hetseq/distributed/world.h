@@ -12,23 +12,9 @@
 
 #include "hetseq/distributed/handshake.h"
 #include "hetseq/distributed/rendezvous.h"
+#include "hetseq/distributed/world_options.h"
 
 namespace hetseq {
-
-/// How a worker joins its world: HetSeq's distributed flags, as one worker sees them.
-struct WorldOptions {
-  std::string init_method;            // --distributed-init-method (empty: Slurm's variables, or none)
-  std::optional<int64_t> world_size;  // --distributed-world-size
-  int64_t rank = 0;                   // --distributed-rank: this worker's global rank
-  bool rank_given = false;            // whether --distributed-rank was on the command line
-  int64_t device_id = 0;              // --device-id: this worker's device on its node
-  bool cpu = false;                   // --cpu
-  std::string backend;                // --distributed-backend (empty: nccl on CUDA, else gloo)
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout: per collective
-  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(5)};  // --rendezvous-timeout: start and end
-  std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};    // --checkpoint-timeout (SaveFence)
-  bool debug_collectives = false;     // --debug-collectives: every collective checked across ranks
-};
 
 /// The CUDA device of a worker that sees `visible_devices` devices: its local rank (from torchrun or
 /// Slurm) when one was given, else --device-id. A local rank beyond the devices this process sees,
@@ -57,6 +43,9 @@ class World {
   /// Ends the run: waits for every rank at the final barrier, then leaves the process at once with
   /// `exit_code` (Gloo's teardown has been seen to spin for minutes). A single process just returns.
   void leave(int exit_code = 0);
+  /// Ends the run and returns (a program that goes on, e.g. after hetseq::train): waits for every rank
+  /// at the final barrier as leave() does. A single process just returns.
+  void finish();
   /// On an error path: if this process joined a distributed world, leaves at once with `exit_code`
   /// without waiting for peers (they fail within their collective timeout). Otherwise returns.
   static void abandon(int exit_code);

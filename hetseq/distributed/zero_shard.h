@@ -7,14 +7,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/types.h>
 
+#include "hetseq/distributed/zero_sharding.h"
+
 namespace hetseq {
-
-/// --zero-sharding: what is cut into shards over the ranks. See Note [Sharded optimizer state].
-enum class ZeroSharding { kNone, kOptimizerState };
-
-/// Parses --zero-sharding (`none`, `os`); throws hetseq::UsageError naming the flag otherwise.
-ZeroSharding parse_zero_sharding(const std::string& text);
-std::string to_string(ZeroSharding sharding);
 
 /// One rank's shard: the elements [first, first + numel) of the flat element space that lays the
 /// parameters end to end in their order (a tensor may straddle two shards).

@@ -7,13 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "hetseq/observe/log_format.h"
+
 namespace hetseq {
-
-/// How statistics are printed (--log-format).
-enum class LogFormat { kNone, kSimple, kJson };
-
-/// Parses --log-format (`none`, `simple`, `json`); throws hetseq::UsageError otherwise.
-LogFormat parse_log_format(const std::string& text);
 
 /// One logged value: a number, an integer counter printed without decimals, (when `list` is not
 /// empty) a list of integers such as the per-rank split, or (when `reals` is not empty) a list of

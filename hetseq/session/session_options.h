@@ -1,6 +1,7 @@
 #pragma once
 /// What one rank's training session is built from: one plain struct per concern, filled by hetseq-train
-/// from its command line (hetseq/cli/train_options.h) or by a program of its own.
+/// from its command line (hetseq/cli/train_options.h) or by a program of its own (hetseq::train,
+/// hetseq/session/train.h). Installed: it names no c10d type.
 
 #include <cstdint>
 #include <optional>
@@ -8,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/checkpoint/save_options.h"
 #include "hetseq/distributed/comm_hook.h"
-#include "hetseq/distributed/world.h"
-#include "hetseq/distributed/zero_shard.h"
-#include "hetseq/observe/progress.h"
+#include "hetseq/distributed/world_options.h"
+#include "hetseq/distributed/zero_sharding.h"
+#include "hetseq/observe/log_format.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
@@ -49,9 +50,9 @@ struct OptimizationOptions {
   std::vector<double> lr{0.25};         // [epoch]
   double min_lr = -1;
   std::string optimizer = "adam";                        // --optimizer (see optim::optimizers())
-  optim::OptimizerFactory make_optimizer;                // its flags, read and checked
+  optim::OptimizerFactory make_optimizer;                // its flags, read and checked (empty: see train())
   std::string lr_scheduler = "PolynomialDecayScheduler";  // --lr_scheduler (see optim::lr_schedulers())
-  optim::LrSchedulerFactory make_lr_scheduler;           // its flags, read and checked
+  optim::LrSchedulerFactory make_lr_scheduler;           // its flags, read and checked (empty: see train())
 };
 
 /// HetSeq's distributed flags.

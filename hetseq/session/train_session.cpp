@@ -91,6 +91,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& w
 
 TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
                            const FlagValues& task_flags, World& world)
+    : TrainSession(options, std::move(compared),
+                   [&](const TaskContext& context) {
+                     return TaskRegistry::global().get(options.common.task).create(task_flags, context);
+                   },
+                   world) {}
+
+TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
+                           const TaskFactory& make_task, World& world)
     : o_(options), world_(world) {
   if (o_.dataset.max_sentences.size() != 1) {
     throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
@@ -100,7 +108,7 @@ TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, st
     throw UsageError(fmt::format("--balance-cap: {} values given for the 1 worker of this process",
                                  o_.balance.caps.size()));
   }
-  build_model(task_flags);
+  build_model(make_task);
   open_outputs();
   load_data();
   compared["backend (from --cpu and --distributed-backend)"] = world_.backend();
@@ -117,11 +125,12 @@ TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, st
   build_loop();
 }
 
-void TrainSession::build_model(const FlagValues& flags) {
+void TrainSession::build_model(const TaskFactory& make_task) {
   TaskContext context;
   context.device = world_.device();
   context.seed = o_.common.seed;
-  task_ = TaskRegistry::global().get(o_.common.task).create(flags, context);
+  task_ = make_task(context);
+  HETSEQ_ASSERT(task_ != nullptr, "the task factory of '{}' returned no task", o_.common.task);
   const CheckpointOptions& ck = o_.checkpoint;
   if (!ck.save.no_save && world_.rank() == 0) {
     ensure_writable_dir(ck.save.save_dir, "--save-dir");

@@ -13,6 +13,7 @@
 #include "hetseq/core/flag_set.h"
 #include "hetseq/distributed/world.h"
 #include "hetseq/session/session_options.h"
+#include "hetseq/session/train.h"
 #include "hetseq/task/task.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
@@ -35,13 +36,21 @@ class TrainSession {
   /// Throws hetseq::UsageError or hetseq::InputError naming the flag, file or rank.
   TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
                const FlagValues& task_flags, World& world);
+  /// As above, with the task that `make_task` builds (hetseq::train with a task of its own) instead of
+  /// the registered task `options.common.task`, which still names it in logs and checkpoints.
+  TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared, const TaskFactory& make_task,
+               World& world);
   /// Trains until a limit; returns the last epoch trained.
   int64_t run() { return loop_->run(start_); }
   /// Whether run() ended on a stop signal (see Note [Clean stops]).
   bool stopped() const { return loop_->stopped(); }
+  /// Updates done, with those of a resumed checkpoint.
+  int64_t num_updates() const { return controller_->num_updates(); }
+  /// Adds a watcher of the loop (after the session's own), before run().
+  void add_observer(std::shared_ptr<TrainingObserver> observer) { loop_->add_observer(std::move(observer)); }
 
  private:
-  void build_model(const FlagValues& flags);
+  void build_model(const TaskFactory& make_task);
   void open_outputs();
   void load_data();
   void join(const std::map<std::string, std::string>& compared);

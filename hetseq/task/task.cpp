@@ -60,21 +60,54 @@ bool add_to_host(LogSums& sums, const LogTensors& tensors) {
   return true;
 }
 
+namespace {
+
+// What StepOutput::add refuses; `tensor`: whether a tensor (log_tensors) or a host count (log) is added.
+void check_addable(const StepOutput& step, const Metric& metric, bool tensor) {
+  HETSEQ_ASSERT(metric != metrics::kSampleSize,
+                "the metric 'sample_size' is StepOutput::sample_size: set that field instead of adding it");
+  const bool elsewhere = tensor ? step.log.count(metric.key()) > 0 : step.log_tensors.count(metric.key()) > 0;
+  HETSEQ_ASSERT(!elsewhere, "the metric '{}' was added both as a tensor and as a host count in one step; add it one "
+                "way", metric.name());
+}
+
+}  // namespace
+
+void StepOutput::add(const Metric& metric, const torch::Tensor& value) {
+  check_addable(*this, metric, true);
+  HETSEQ_ASSERT(value.defined() && value.numel() == 1, "the metric '{}' got a tensor of {} elements; add a 0-dim sum",
+                metric.name(), value.defined() ? value.numel() : 0);
+  const torch::Tensor v = value.detach().reshape({});
+  auto [it, inserted] = log_tensors.emplace(metric.key(), v);
+  if (!inserted) it->second = it->second + v;
+}
+
+void StepOutput::add(const Metric& metric, double value) {
+  check_addable(*this, metric, false);
+  log[metric.key()] += value;
+}
+
 LogTensors logged_tensors(const StepOutput& step) {
-  if (!step.loss.defined() || step.log.count("loss") > 0 || step.log_tensors.count("loss") > 0) {
+  const std::string loss = metrics::kLoss.key();
+  if (!step.loss.defined() || step.log.count(loss) > 0 || step.log_tensors.count(loss) > 0) {
     return step.log_tensors;
   }
   LogTensors tensors = step.log_tensors;
-  tensors.emplace("loss", step.loss.detach());
+  tensors.emplace(loss, step.loss.detach());
   return tensors;
 }
 
 LogSums host_log(const StepOutput& step) {
   LogSums sums = step.log;
   add_to_host(sums, logged_tensors(step));
+  sums[metrics::kSampleSize.key()] = step.sample_size;
   return sums;
 }
 
-std::map<std::string, double> Task::derived_metrics(const LogSums& /*sums*/) const { return {}; }
+std::vector<Ratio> Task::ratios() const { return {}; }
+
+std::map<std::string, double> Task::derived_metrics(const MetricSums& sums) const {
+  return evaluate(ratios(), sums);
+}
 
 }  // namespace hetseq

@@ -5,25 +5,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include "hetseq/data/batch.h"
 #include "hetseq/data/dataset.h"
+#include "hetseq/task/metric.h"
 
 namespace hetseq {
-
-/// Sums that a step reports for logging, keyed by name (`loss`, `nll_loss`, `ntokens`, `nsentences`,
-/// `sample_size`, and task-specific counts such as `ncorrect`). Sums, not means, so that they add up
-/// across micro-batches and ranks.
-using LogSums = std::map<std::string, double>;
-
-/// The sum called `key` in `sums`, or `fallback` when there is none.
-inline double sum_or(const LogSums& sums, const std::string& key, double fallback = 0) {
-  auto it = sums.find(key);
-  return it == sums.end() ? fallback : it->second;
-}
 
 /// Sums that a step computed on its device (losses, correct counts), as 0-dim tensors: reading them
 /// with .item() would make every micro-batch wait for the device. The Controller adds them up on the
@@ -47,20 +38,29 @@ struct StepOutput {
   torch::Tensor loss;
   /// The count the loss is a sum over (samples, sentences or tokens, as the task documents).
   double sample_size = 0;
-  /// Sums known on the host without the device (counts from the batch).
+  /// Sums known on the host without the device (counts from the batch), by metric name (see add).
   LogSums log;
-  /// Sums computed on the device (see LogTensors). A name is in `log` or here, not in both. A task that
-  /// reports no `loss` of its own has `loss` itself logged (see logged_tensors); `nsentences` and
-  /// `ntokens` default to `sample_size`.
+  /// Sums computed on the device (see LogTensors), by metric name (see add). A name is in `log` or here,
+  /// not in both. A task that reports no `loss` of its own has `loss` itself logged (see
+  /// logged_tensors); `nsentences` and `ntokens` default to `sample_size`.
   LogTensors log_tensors;
+
+  /// Adds `value`, a 0-dim tensor the step computed on its device (a correct count, a partial loss), to
+  /// the step's sum of `metric` (log_tensors), without waiting for the device. Throws
+  /// hetseq::InternalError naming the metric for kSampleSize (set sample_size), for a metric already
+  /// added as a host count, and for a tensor that is not a scalar.
+  void add(const Metric& metric, const torch::Tensor& value);
+  /// Adds `value`, a count the host knows from the batch (sentences, tokens), to the step's sum of
+  /// `metric` (log). Throws as above, for a metric already added as a tensor.
+  void add(const Metric& metric, double value);
 };
 
 /// What the Controller and the Validator add up for `step`: its log_tensors, plus `loss` (the step's
 /// loss, detached) when the task put no `loss` in `log` or `log_tensors`.
 LogTensors logged_tensors(const StepOutput& step);
 
-/// All of a step's sums on the host (`log` and `log_tensors`, read with one copy), for tests and tools
-/// that look at one step.
+/// All of a step's sums on the host (`log` and `log_tensors`, read with one copy, and `sample_size`), as
+/// the Controller sums them, for tests and tools that look at one step.
 LogSums host_log(const StepOutput& step);
 
 /// Where a task's model and batches live.
@@ -106,9 +106,14 @@ class Task {
   /// Loss without gradients. The default calls compute_loss under torch::NoGradGuard.
   virtual StepOutput valid_step(torch::nn::Module& model, const Batch& batch);
 
-  /// Metrics derived from reduced sums (e.g. `accuracy` from `ncorrect` and `nsentences`), added to
-  /// what is logged. The default adds nothing.
-  virtual std::map<std::string, double> derived_metrics(const LogSums& sums) const;
+  /// The metrics this task derives as ratios of its sums (accuracy, a loss per sentence), logged beside
+  /// `loss` for every --log-interval, epoch and validation. The default has none.
+  virtual std::vector<Ratio> ratios() const;
+
+  /// Metrics derived from the reduced sums, by name, added to what is logged. The default evaluates
+  /// ratios(); a task that derives something else overrides it (and adds evaluate(ratios(), sums) if it
+  /// declares ratios too).
+  virtual std::map<std::string, double> derived_metrics(const MetricSums& sums) const;
 };
 
 }  // namespace hetseq

@@ -84,7 +84,7 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   StepOutput out;
   const double n = static_cast<double>(batch.num_samples);
   out.sample_size = n;
-  out.log = {{"nsentences", n}, {"sample_size", n}};
+  out.add(metrics::kNsentences, n);
   // See Note [BERT loss and sample size].
   const torch::Tensor& labels = batch.at("masked_lm_labels");  // [B, S]
   const int64_t b = labels.size(0), s = labels.size(1);
@@ -113,30 +113,24 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   torch::NoGradGuard no_grad;
   // Losses and correct counts stay on the device, read once per update (Note [Statistics on the device]);
   // the number of masked tokens is known on the host already (the size of masked_lm_index).
-  out.log["ntokens"] = static_cast<double>(masked.size(0));
-  out.log_tensors["loss"] = out.loss.detach();
-  out.log_tensors["mlm_loss_sum"] = mlm.detach();
-  out.log_tensors["nsp_loss_sum"] = nsp.detach();
-  out.log_tensors["nll_loss"] = token_loss.detach().sum();
+  out.add(metrics::kNtokens, static_cast<double>(masked.size(0)));
+  out.add(metrics::kLoss, out.loss.detach());
+  out.add(kMlmLossSum, mlm.detach());
+  out.add(kNspLossSum, nsp.detach());
+  out.add(metrics::kNllLoss, token_loss.detach().sum());
   // Correct when the target's logit is the largest (a tie counts as correct): a vectorised max and a gather,
   // where argmax over the vocabulary runs a scalar loop that cost 6-10% of a tiny-BERT update.
   const torch::Tensor target_logit = mlm_logits.gather(1, targets.unsqueeze(1)).squeeze(1);
-  out.log_tensors["mlm_correct"] = target_logit.ge(mlm_logits.amax(1)).sum();
-  out.log_tensors["nsp_correct"] = pred.nsp_logits.argmax(1).eq(nsp_labels).sum();
+  out.add(kMlmCorrect, target_logit.ge(mlm_logits.amax(1)).sum());
+  out.add(kNspCorrect, pred.nsp_logits.argmax(1).eq(nsp_labels).sum());
   return out;
 }
 
-std::map<std::string, double> BertTask::derived_metrics(const LogSums& sums) const {
-  std::map<std::string, double> metrics;
-  const double sentences = sum_or(sums, "nsentences");
-  const double tokens = sum_or(sums, "ntokens");
-  if (sentences > 0) {
-    metrics["mlm_loss"] = sum_or(sums, "mlm_loss_sum") / sentences / kLn2;
-    metrics["nsp_loss"] = sum_or(sums, "nsp_loss_sum") / sentences / kLn2;
-    metrics["nsp_accuracy"] = 100.0 * sum_or(sums, "nsp_correct") / sentences;
-  }
-  if (tokens > 0) metrics["mlm_accuracy"] = 100.0 * sum_or(sums, "mlm_correct") / tokens;
-  return metrics;
+std::vector<Ratio> BertTask::ratios() const {
+  return {{"mlm_loss", kMlmLossSum, metrics::kNsentences, 1 / kLn2},
+          {"nsp_loss", kNspLossSum, metrics::kNsentences, 1 / kLn2},
+          {"nsp_accuracy", kNspCorrect, metrics::kNsentences, 100},
+          {"mlm_accuracy", kMlmCorrect, metrics::kNtokens, 100}};
 }
 
 namespace {

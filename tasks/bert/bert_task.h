@@ -13,6 +13,13 @@
 
 namespace hetseq::bert {
 
+/// What a BERT step logs besides the library's metrics (all summed on the device; `ntokens` counts the
+/// masked tokens, `nll_loss` is their summed cross-entropy).
+inline constexpr Metric kMlmLossSum{"mlm_loss_sum"};  // per-sequence mean masked-LM losses, summed
+inline constexpr Metric kNspLossSum{"nsp_loss_sum"};  // next-sentence losses, summed
+inline constexpr Metric kMlmCorrect{"mlm_correct"};   // masked tokens predicted right
+inline constexpr Metric kNspCorrect{"nsp_correct"};   // next-sentence labels predicted right
+
 /// What the bert task is built from (the task factory fills it from the command line).
 struct BertTaskOptions {
   std::string data;                   // --data: a shard or a directory of shards
@@ -60,7 +67,7 @@ class BertTask : public Task {
   /// `model` must be a BertForPreTrainingImpl.
   StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override;
   /// `mlm_loss`, `nsp_loss` (base 2, per sequence), `mlm_accuracy` and `nsp_accuracy` (percent).
-  std::map<std::string, double> derived_metrics(const LogSums& sums) const override;
+  std::vector<Ratio> ratios() const override;
 
   const BertTaskOptions& options() const { return options_; }
 

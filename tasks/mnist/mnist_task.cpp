@@ -119,31 +119,19 @@ StepOutput MnistTask::compute_loss(torch::nn::Module& model, const Batch& batch)
   auto* net = dynamic_cast<MnistNetImpl*>(&model);
   HETSEQ_ASSERT(net != nullptr, "the mnist task got a model that is not an MnistNet ({})", model.name());
   StepOutput out;
-  const double n = static_cast<double>(batch.num_samples);
-  out.sample_size = n;
-  out.log = {{"ntokens", n}, {"nsentences", n}, {"sample_size", n}};
+  out.sample_size = static_cast<double>(batch.num_samples);  // nsentences and ntokens default to it
 
   const torch::Tensor& target = batch.at("target");
   const torch::Tensor log_probs = net->forward(batch.at("input"));  // [n, 10]
   out.loss = torch::nn::functional::nll_loss(
       log_probs, target, torch::nn::functional::NLLLossFuncOptions().reduction(torch::kSum));
-  // On the device, read once per update (Note [Statistics on the device]).
-  const torch::Tensor loss = out.loss.detach();
-  out.log_tensors["loss"] = loss;
-  out.log_tensors["nll_loss"] = loss;
-  out.log_tensors["ncorrect"] = log_probs.detach().argmax(1).eq(target).sum();
+  // On the device, read once per update (Note [Statistics on the device]); `loss` and `nll_loss` are the
+  // loss itself, the library's default.
+  out.add(kCorrect, log_probs.detach().argmax(1).eq(target).sum());
   return out;
 }
 
-std::map<std::string, double> MnistTask::derived_metrics(const LogSums& sums) const {
-  std::map<std::string, double> metrics;
-  const auto ncorrect = sums.find("ncorrect");
-  const auto nsentences = sums.find("nsentences");
-  if (ncorrect != sums.end() && nsentences != sums.end() && nsentences->second > 0) {
-    metrics["accuracy"] = 100.0 * ncorrect->second / nsentences->second;
-  }
-  return metrics;
-}
+std::vector<Ratio> MnistTask::ratios() const { return {{"accuracy", kCorrect, metrics::kNsentences, 100}}; }
 
 namespace {
 

@@ -32,9 +32,12 @@ const std::vector<std::string>& mnist_split_names();
 /// hetseq::InputError naming --data, the directory and the file looked for when a file is missing.
 MnistFiles find_split_files(const std::string& data_dir, const std::string& split);
 
+/// The correct predictions of a step (summed on the device).
+inline constexpr Metric kCorrect{"ncorrect"};
+
 /// The task. Batches hold `input` float [n, 1, 28, 28] and `target` int64 [n]; the loss is the summed negative
-/// log-likelihood over the n samples (sample_size = n). Logs `loss`, `nll_loss`, `ntokens`, `nsentences`,
-/// `sample_size` and `ncorrect`; derives `accuracy` (percent).
+/// log-likelihood over the n samples (sample_size = n, which `nsentences` and `ntokens` default to). Logs
+/// `loss` (= `nll_loss`) and kCorrect; derives `accuracy` (percent).
 class MnistTask : public Task {
  public:
   /// Checks that `options.data_dir` is a directory; throws hetseq::UsageError for an empty --data and
@@ -52,7 +55,7 @@ class MnistTask : public Task {
   StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override;
 
   /// `accuracy` = 100 * ncorrect / nsentences, when nsentences > 0.
-  std::map<std::string, double> derived_metrics(const LogSums& sums) const override;
+  std::vector<Ratio> ratios() const override;
 
   /// The mean and standard deviation of the train split's pixels (in [0, 1]); reads the train images on the
   /// first call unless load_dataset("train") already did. Safe to call from several threads.

@@ -345,20 +345,24 @@ TEST_CASE("the mnist loss is the summed NLL, with ncorrect and accuracy", "[mnis
   CHECK(out.loss.requires_grad());
   CHECK(out.loss.item<double>() == Approx(expected_loss).epsilon(1e-5));
   CHECK(out.sample_size == 5);
-  // Counts from the batch on the host; the losses and the correct count stay on the device until read
-  // (Note [Statistics on the device]).
-  CHECK(out.log.size() == 3);
-  for (const char* key : {"ntokens", "nsentences", "sample_size"}) CHECK(out.log.at(key) == 5);
-  CHECK(out.log_tensors.size() == 3);
+  // The correct count stays on the device until read (Note [Statistics on the device]); the loss, nll_loss,
+  // nsentences and ntokens are the library's defaults (the loss, and sample_size).
+  CHECK(out.log.empty());
+  CHECK(out.log_tensors.size() == 1);
   const hetseq::LogSums log = hetseq::host_log(out);
+  CHECK(log.size() == 3);
   CHECK(log.at("loss") == Approx(expected_loss).epsilon(1e-5));
   CHECK(log.at("loss") == out.loss.item<double>());
-  CHECK(log.at("nll_loss") == log.at("loss"));
   CHECK(log.at("ncorrect") == expected_correct);
+  const hetseq::MetricSums sums(log);
+  CHECK(sums[hetseq::metrics::kNllLoss] == log.at("loss"));
+  CHECK(sums[hetseq::metrics::kNsentences] == 5);
+  CHECK(sums[hetseq::mnist::kCorrect] == expected_correct);
+  CHECK(task->derived_metrics(log).at("accuracy") == Approx(100.0 * expected_correct / 5));
 
-  const auto metrics = task->derived_metrics({{"ncorrect", 3}, {"nsentences", 4}});
+  const auto metrics = task->derived_metrics(hetseq::LogSums{{"ncorrect", 3}, {"nsentences", 4}, {"sample_size", 5}});
   CHECK(metrics.at("accuracy") == Approx(75.0));
-  CHECK(task->derived_metrics({{"ncorrect", 0}, {"nsentences", 0}}).count("accuracy") == 0);
+  CHECK(task->derived_metrics(hetseq::LogSums{{"ncorrect", 0}, {"nsentences", 0}}).count("accuracy") == 0);
 
   // train_step: backward of the summed loss reaches every parameter.
   model->train();

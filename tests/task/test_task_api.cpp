@@ -94,8 +94,8 @@ TEST_CASE("A run that --max-update stops inside an epoch validates after its las
   PlanSchedule schedule({4}, {{1}}, {4}, 0);  // 10 updates per epoch of 40 samples
   ValidatorOptions vopts;
   vopts.num_workers = 0;
-  Validator validator(task, reducer, DataPlan::single(5, 1), vopts);
-  TrainingLoopParts parts{&controller, &schedule, reducer, task.load_dataset("train"),
+  Validator validator(task, nullptr, DataPlan::single(5, 1), vopts);
+  TrainingLoopParts parts{&controller, &schedule, task.load_dataset("train"),
                           {{"valid", task.load_dataset("valid")}}, &validator, nullptr, nullptr};
   TrainingLoopOptions options;
   options.max_update = 13;  // 3 updates into epoch 2
@@ -204,4 +204,93 @@ TEST_CASE("A task's flags: declared without a parser, read strictly, compared ac
   // --help shows them in the task's group.
   const cxxopts::Options parser = cli::make_train_parser(std::string("flagged-task"));
   CHECK_THAT(parser.help({"flagged-task task"}), Contains("--flagged-width N") && Contains("--flagged-fast"));
+}
+
+namespace {
+
+const Metric kHits{"hits"};    // a task's own metric, declared once
+const Metric kTries{"tries"};
+
+// A LineTask that counts its correct predictions and derives an accuracy from them.
+class CountingLineTask : public LineTask {
+ public:
+  StepOutput loss(torch::nn::LinearImpl& model, const Batch& batch) override {
+    StepOutput out = LineTask::loss(model, batch);
+    out.add(kHits, model.forward(batch.at("x")).argmax(1).eq(batch.at("y")).sum());
+    return out;
+  }
+  std::vector<Ratio> ratios() const override { return {{"accuracy", kHits, metrics::kSampleSize, 100}}; }
+};
+
+}  // namespace
+
+TEST_CASE("Typed metrics: a step adds by metric, sums read back by metric, with the built-ins' defaults",
+          "[task][task_api][metrics]") {
+  static_assert(metrics::kLoss.name() == "loss" && metrics::kNllLoss.name() == "nll_loss" &&
+                metrics::kSampleSize.name() == "sample_size" && metrics::kNsentences.name() == "nsentences" &&
+                metrics::kNtokens.name() == "ntokens");
+  StepOutput out;
+  out.loss = torch::tensor(6.0);
+  out.sample_size = 4;
+  out.add(kHits, torch::tensor(2));  // an integer count on the device, summed in float64
+  out.add(kHits, torch::tensor(1.5).reshape({1}));
+  out.add(kTries, 3.0);
+  out.add(kTries, 2.0);
+  REQUIRE(out.log_tensors.count("hits") == 1);
+  CHECK(out.log == LogSums{{"tries", 5}});
+  const LogSums host = host_log(out);
+  CHECK(host == LogSums{{"hits", 3.5}, {"loss", 6}, {"sample_size", 4}, {"tries", 5}});
+
+  const MetricSums sums(host);
+  CHECK(sums[kHits] == 3.5);
+  CHECK(sums.get(kTries) == 5);
+  CHECK(sums[metrics::kNsentences] == 4);  // default: sample_size
+  CHECK(sums[metrics::kNtokens] == 4);
+  CHECK(sums[metrics::kNllLoss] == 6);  // default: loss
+  CHECK_FALSE(sums.has(metrics::kNllLoss));
+  const LogSums with_tokens{{"loss", 6}, {"nll_loss", 2}, {"ntokens", 9}, {"sample_size", 4}};
+  CHECK(MetricSums(with_tokens)[metrics::kNtokens] == 9);
+  CHECK(MetricSums(with_tokens)[metrics::kNllLoss] == 2);
+
+  // A metric no step logged, read after steps ran: an error naming it and what was logged.
+  const Metric never{"nvalid"};
+  CHECK(sums.get_or(never, -1) == -1);
+  CHECK_THAT(test::error_of<InternalError>([&] { sums.get(never); }),
+             Contains("the metric 'nvalid' was read but no step logged it (logged: hits, loss, sample_size, tries)"));
+  // No step ran: every sum is 0.
+  const LogSums none;
+  CHECK(MetricSums(none)[never] == 0);
+}
+
+TEST_CASE("Typed metrics: what StepOutput::add refuses names the metric", "[task][task_api][metrics]") {
+  StepOutput out;
+  CHECK_THAT(test::error_of<InternalError>([&] { out.add(metrics::kSampleSize, 3.0); }),
+             Contains("the metric 'sample_size' is StepOutput::sample_size: set that field"));
+  out.add(kHits, torch::tensor(1));
+  CHECK_THAT(test::error_of<InternalError>([&] { out.add(kHits, 1.0); }),
+             Contains("the metric 'hits' was added both as a tensor and as a host count"));
+  out.add(kTries, 1.0);
+  CHECK_THAT(test::error_of<InternalError>([&] { out.add(kTries, torch::tensor(1)); }),
+             Contains("the metric 'tries' was added both as a tensor and as a host count"));
+  CHECK_THAT(test::error_of<InternalError>([&] { out.add(kHits, torch::ones({3})); }),
+             Contains("the metric 'hits' got a tensor of 3 elements; add a 0-dim sum"));
+}
+
+TEST_CASE("Typed metrics: a task's ratios are its derived metrics, left out when the denominator is 0",
+          "[task][task_api][metrics]") {
+  CountingLineTask task;
+  torch::manual_seed(2);
+  auto model = task.build_model();
+  const Batch batch = task.load_dataset("train")->collate({0, 1, 2, 37, 38, 39});
+  const LogSums step = host_log(task.compute_loss(*model, batch));
+  REQUIRE(step.count("hits") == 1);
+  CHECK(task.derived_metrics(step) == std::map<std::string, double>{{"accuracy", 100 * step.at("hits") / 6}});
+  CHECK(task.derived_metrics(LogSums{{"hits", 3}, {"sample_size", 4}}).at("accuracy") == 75);
+  CHECK(task.derived_metrics(LogSums{{"hits", 0}, {"sample_size", 0}}).empty());
+  CHECK(task.derived_metrics(LogSums{}).empty());
+  // The default task derives nothing; evaluate() applies a factor after the division's operands.
+  CHECK(LineTask().derived_metrics(step).empty());
+  const LogSums sums{{"hits", 1}, {"tries", 8}, {"sample_size", 2}};
+  CHECK(evaluate({{"per_try", kHits, kTries, 2}, {"none", kHits, metrics::kNtokens, 1}}, sums) ==
+        std::map<std::string, double>{{"none", 0.5}, {"per_try", 0.25}});
 }
