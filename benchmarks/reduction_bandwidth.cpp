@@ -72,7 +72,6 @@ int run(int argc, char** argv) {
   auto group = hetseq::make_process_group(store, rank, world, pg_options);
   hetseq::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = bucket_cap_mb;
-  ddp_options.fast_stat_sync = true;
   hetseq::DistributedReducer reducer(*model, group, ddp_options);
   auto params = model->parameters();
 
@@ -98,7 +97,7 @@ int run(int argc, char** argv) {
     reducer.before_backward(0, 1, loss);
     loss.backward();
     const double reduce = std::chrono::duration<double>(Clock::now() - t0).count();
-    reducer.finish_update({{"sample_size", 1}});
+    reducer.finish_update();
 
     group->barrier()->wait();
     t0 = Clock::now();

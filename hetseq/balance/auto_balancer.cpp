@@ -33,21 +33,6 @@ std::string ms_list(const std::vector<double>& seconds) {
 
 }  // namespace
 
-GatherFn gather_through(std::shared_ptr<GradientReducer> reducer, int64_t rank, int64_t world_size) {
-  return [reducer, rank, world_size](const std::vector<double>& local) {
-    LogSums sums;
-    for (int64_t r = 0; r < world_size; ++r) {
-      for (size_t k = 0; k < local.size(); ++k) sums[fmt::format("balance.{}.{}", r, k)] = r == rank ? local[k] : 0.0;
-    }
-    const LogSums total = reducer->reduce_sums(sums);
-    std::vector<std::vector<double>> all(static_cast<size_t>(world_size), std::vector<double>(local.size()));
-    for (int64_t r = 0; r < world_size; ++r) {
-      for (size_t k = 0; k < local.size(); ++k) all[r][k] = sum_or(total, fmt::format("balance.{}.{}", r, k));
-    }
-    return all;
-  };
-}
-
 AutoBalancer::AutoBalancer(PlanSchedule& schedule, GatherFn gather, BalanceOptions options)
     : schedule_(schedule),
       gather_(std::move(gather)),

@@ -8,7 +8,6 @@
 
 #include "hetseq/balance/cost_window.h"
 #include "hetseq/data/plan_schedule.h"
-#include "hetseq/distributed/gradient_reducer.h"
 #include "hetseq/train/training_observer.h"
 
 namespace hetseq {
@@ -25,13 +24,8 @@ struct BalanceOptions {
 };
 
 /// Every rank's `local` vector (the same length on every rank), [rank][k]. Every rank calls it at the
-/// same point.
+/// same point; a run's is CollectiveChannel::gather.
 using GatherFn = std::function<std::vector<std::vector<double>>(const std::vector<double>& local)>;
-
-/// A GatherFn over the reducer's statistics sum: rank r fills the entries of rank r and zeros the
-/// others, so the sum over ranks holds each rank's values (exactly: x + 0 = x). It works with every
-/// backend and both stat-sync modes.
-GatherFn gather_through(std::shared_ptr<GradientReducer> reducer, int64_t rank, int64_t world_size);
 
 /// The automatic balancer, one observer per rank. It times each rank's compute per update (data wait,
 /// forward and backward, without the wait in collectives), keeps a window of those measurements, and

@@ -1,6 +1,6 @@
 #include <iostream>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/cli/train_command.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
@@ -55,7 +55,7 @@ int evaluate(int argc, const char* const argv[]) {
   std::shared_ptr<torch::nn::Module> model = task->build_model();
   load_model(*model, args["path"].as<std::string>());
   model->to(vopts.device);
-  Validator validator(*task, std::make_shared<LocalReducer>(), DataPlan::single(batch_size, 1), vopts);
+  Validator validator(*task, nullptr, DataPlan::single(batch_size, 1), vopts);
   ProgressLogger progress(common.log_format, false, 1);
   for (const auto& split : split_names("valid-subset", args["valid-subset"].as<std::string>())) {
     progress.log(0, "valid", validator.stats(validator.run(task->load_dataset(split), *model), 0), split);

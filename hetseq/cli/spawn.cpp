@@ -11,7 +11,7 @@
 #include "hetseq/core/logging.h"
 #include "hetseq/cli/per_rank_flags.h"
 #include "hetseq/distributed/launcher.h"
-#include "hetseq/distributed/rendezvous.h"
+#include "hetseq/distributed/init_method.h"
 #include "hetseq/distributed/slurm_step.h"
 
 namespace hetseq::cli {
@@ -134,7 +134,7 @@ int64_t usable_cores() {
 
 }  // namespace
 
-std::vector<std::string> worker_command_line(const WorkerFlags& o, int64_t i, const std::string& init_method) {
+std::vector<std::string> worker_command_line(const WorkerLaunchOptions& o, int64_t i, const std::string& init_method) {
   std::vector<std::string> out{o.argv.front()};
   for (size_t k = 1; k < o.argv.size(); ++k) {
     const std::string& a = o.argv[k];
@@ -167,7 +167,7 @@ int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], con
   const int64_t workers = plan.workers;
   log::set_rank(plan.first_rank);  // one launcher logs: the one of rank 0
   log::enable_all_ranks(o.distributed.log_all_ranks);
-  WorkerFlags flags;
+  WorkerLaunchOptions flags;
   flags.argv = resolve_aliases(argc, argv);
   flags.first_rank = plan.first_rank;
   flags.world_size = plan.world_size;

@@ -30,7 +30,7 @@ SpawnPlan plan_spawn(const TrainOptions& options, const std::map<std::string, st
 SpawnPlan plan_for_this_process(const TrainOptions& options);
 
 /// What a local worker's command line is made from.
-struct WorkerFlags {
+struct WorkerLaunchOptions {
   std::vector<std::string> argv;     // the launcher's command line, argv[0] included, aliases resolved
   int64_t first_rank = 0;            // global rank of local worker 0
   int64_t world_size = 1;            // ranks over all nodes
@@ -42,7 +42,7 @@ struct WorkerFlags {
 /// The command line of local worker `i`: `flags.argv` without the flags the launcher sets
 /// (launcher_set_flags), plus --distributed-no-spawn, the world size, its rank, device, batch size
 /// (and --balance-cap) and `init_method`.
-std::vector<std::string> worker_command_line(const WorkerFlags& flags, int64_t i, const std::string& init_method);
+std::vector<std::string> worker_command_line(const WorkerLaunchOptions& flags, int64_t i, const std::string& init_method);
 
 /// Starts the `plan.workers` local worker processes of `plan` and waits for them (HetSeq's spawn; see
 /// hetseq/distributed/launcher.h). Returns the exit code of the first worker that failed, else 0.

@@ -443,7 +443,7 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
     if (lr < 0) throw UsageError(fmt::format("--lr: {} is negative", lr));
   }
   p.min_lr = flag_number(args, "min-lr");
-  optim::CommonOptimFlags common;
+  optim::CommonOptimOptions common;
   common.lrs = p.lr;
   common.weight_decay = flag_number(args, "weight-decay");
   common.warmup_updates = non_negative(args, "warmup-updates");
@@ -459,8 +459,8 @@ OptimizationOptions read_optimization(const cxxopts::ParseResult& args) {
   return p;
 }
 
-DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
-  DistributedFlags g;
+DistributedOptions read_distributed(const cxxopts::ParseResult& args) {
+  DistributedOptions g;
   WorldOptions& w = g.world;
   if (flag_set(args, "distributed-world-size")) {
     w.world_size = positive(args, "distributed-world-size");
@@ -483,10 +483,9 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
   w.checkpoint_timeout = std::chrono::seconds(positive(args, "checkpoint-timeout"));
   w.debug_collectives = flag(args, "debug-collectives");
   g.no_spawn = flag(args, "distributed-no-spawn");
-  g.bucket_cap_mb = flag_number(args, "bucket-cap-mb");
-  if (g.bucket_cap_mb <= 0) throw UsageError(fmt::format("--bucket-cap-mb: {} must be positive", g.bucket_cap_mb));
-  g.find_unused_parameters = flag(args, "find-unused-parameters");
-  g.broadcast_buffers = flag(args, "broadcast-buffers");
+  g.ddp.bucket_cap_mb = flag_number(args, "bucket-cap-mb");
+  g.ddp.find_unused_parameters = flag(args, "find-unused-parameters");
+  g.ddp.broadcast_buffers = flag(args, "broadcast-buffers");
   g.fast_stat_sync = flag(args, "fast-stat-sync");
   g.zero_sharding = parse_zero_sharding(str(args, "zero-sharding"));
   if (flag_set(args, "memory-budget")) {
@@ -496,15 +495,16 @@ DistributedFlags read_distributed(const cxxopts::ParseResult& args) {
     }
     g.memory_budget_bytes = static_cast<int64_t>(gb * static_cast<double>(int64_t{1} << 30));
   }
-  g.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));
-  g.powersgd_rank = positive(args, "powersgd-rank");
-  g.powersgd_start_update = non_negative(args, "powersgd-start-update");
+  g.ddp.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));
+  g.ddp.powersgd.rank = positive(args, "powersgd-rank");
+  g.ddp.powersgd.start_update = non_negative(args, "powersgd-start-update");
+  check_ddp_options(g.ddp);
   g.log_all_ranks = flag(args, "log-all-ranks");
   return g;
 }
 
-BalanceFlags read_balance(const cxxopts::ParseResult& args) {
-  BalanceFlags b;
+AutoBalanceOptions read_balance(const cxxopts::ParseResult& args) {
+  AutoBalanceOptions b;
   b.auto_balance = flag(args, "auto-balance");
   b.interval = positive(args, "balance-interval");
   b.threshold = flag_number(args, "balance-threshold");
@@ -522,8 +522,8 @@ BalanceFlags read_balance(const cxxopts::ParseResult& args) {
   return b;
 }
 
-ObserveFlags read_observe(const cxxopts::ParseResult& args) {
-  ObserveFlags f;
+ObserveOptions read_observe(const cxxopts::ParseResult& args) {
+  ObserveOptions f;
   if (args.count("trace-dir")) {
     f.trace_dir = str(args, "trace-dir");
     if (f.trace_dir->empty()) throw UsageError("--trace-dir: empty path");

@@ -177,7 +177,8 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 //
 // fp16, bf16: the bucket is divided by the update's global sample count S, cast to the low precision,
 // allreduced, cast back and multiplied by S. Half the bytes go on the wire. S is known before the
-// first bucket is ready, because the statistics sum starts before backward (Note [Stat sync]); a
+// first bucket is ready, because the Controller starts the statistics on the CollectiveChannel before
+// backward and hands the reducer the channel's count (Note [Stat sync], Note [Communication roles]); a
 // reduction driven without statistics uses S = 1. Dividing by S makes the values that are cast the
 // terms of the mean gradient, of the same size as what PyTorch's hooks cast (each rank's mean
 // gradient over the world size), so that float16's range (6e-5 to 65504 in normal numbers) holds
@@ -270,25 +271,17 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
   std::shared_ptr<PowerSgd> powersgd_;  // kPowerSgd only
 };
 
-c10::Device model_device(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  return torch::kCPU;
-}
-
 }  // namespace
 
 DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group,
                                        DdpOptions options)
     : group_(std::move(group)),
       options_(options),
-      clock_(std::make_shared<detail::CommClock>()),
-      stats_(group_, model_device(model), options.fast_stat_sync) {
+      clock_(std::make_shared<detail::CommClock>()) {
   HETSEQ_ASSERT(group_, "DistributedReducer built without a process group");
   rank_ = group_->getRank();
   world_size_ = group_->getSize();
-  if (!std::isfinite(options_.bucket_cap_mb) || options_.bucket_cap_mb <= 0) {
-    throw UsageError(fmt::format("--bucket-cap-mb: {} is not a positive number of MiB", options_.bucket_cap_mb));
-  }
+  check_ddp_options(options_);
 
   // The parameters to reduce, once each, and their names for error messages.
   std::unordered_set<const c10::TensorImpl*> seen;
@@ -365,21 +358,19 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     }
     powersgd_ = std::make_shared<PowerSgd>(group_, options_.powersgd);
   }
-  // The hook runs only inside backward, while this reducer (and stats_) exist.
+  // The hook runs only inside backward, while this reducer exists; samples_ is set for that backward.
   reducer_->register_comm_hook(std::make_unique<BucketCommHook>(
-      group_, options_.comm_hook, clock_, [this] { return stats_.started() ? stats_.sample_size() : 1.0; },
+      group_, options_.comm_hook, clock_, [this] { return samples_ ? samples_() : 1.0; },
       powersgd_));
-  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}, {}, {} "
-             "stat sync",
+  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}, {}",
              rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
-             options_.find_unused_parameters ? "finding unused parameters" : "every parameter used",
-             options_.fast_stat_sync ? "fast" : "gathered");
+             options_.find_unused_parameters ? "finding unused parameters" : "every parameter used");
 }
 
 DistributedReducer::~DistributedReducer() = default;
 
 void DistributedReducer::before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
-                                         const LogSums* stats) {
+                                         const SampleCount& samples) {
   HETSEQ_ASSERT(0 <= index && index < count, "micro-batch {} of {}", index, count);
   if (index != count - 1) return;  // accumulate locally; see Note [Bucketed reduction]
   try {
@@ -394,22 +385,20 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
   }
   clock_->reset();
   if (powersgd_) powersgd_->begin_update();
-  if (stats) {
-    const TraceSpan span(tracer_.get(), "stat_start");
-    stats_.start(*stats, StatSync::kUpdate, stop_vote_);  // see Note [Stat sync]: it travels during backward
-  }
+  samples_ = samples;
   reducer_->prepare_for_forward();
   reducer_->prepare_for_backward(options_.find_unused_parameters ? std::vector<torch::Tensor>{loss}
                                                                  : std::vector<torch::Tensor>{});
   armed_ = true;
 }
 
-LogSums DistributedReducer::finish_update(const LogSums& local) {
+void DistributedReducer::finish_update() {
   HETSEQ_ASSERT(armed_,
                 "finish_update without before_backward for the update's last micro-batch (a Task::train_step must "
                 "run its loss through the Backward it is given)");
   armed_ = false;
   timing_ = clock_->timing();
+  samples_ = nullptr;  // the count was this update's
   if (timing_.buckets != num_buckets_) {
     std::vector<std::string> missing;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -426,31 +415,6 @@ LogSums DistributedReducer::finish_update(const LogSums& local) {
     std::lock_guard<std::mutex> lock(clock_->mutex);
     tracer_->add_span("comm_wait", kTrainTrack, clock_->last_launch, clock_->last_done);
   }
-  const TraceSpan span(tracer_.get(), "stat_sync");
-  if (!stats_.started()) {
-    stats_.start(local, StatSync::kUpdate, stop_vote_);
-    LogSums total = stats_.finish();
-    timing_.late_stat_rounds = 1 + stats_.last_extra_rounds();
-    stop_agreed_ = stats_.last_stop_votes() > 0;
-    return total;
-  }
-  const LogSums started = stats_.started_sums();
-  LogSums total = stats_.finish();
-  timing_.late_stat_rounds = stats_.last_extra_rounds();
-  stop_agreed_ = stats_.last_stop_votes() > 0;
-  if (started != local) {
-    auto show = [](const LogSums& sums) {
-      std::vector<std::string> parts;
-      for (const auto& [name, value] : sums) parts.push_back(fmt::format("{}={}", name, value));
-      return fmt::format("{}", fmt::join(parts, ", "));
-    };
-    throw InputError(fmt::format(
-        "rank {} of {}: the task's statistics changed after it called backward for the update's last micro-batch "
-        "(given to backward: [{}]; returned: [{}]); a Task::train_step must have its StepOutput's log and "
-        "sample_size complete when it calls backward",
-        rank_, world_size_, show(started), show(local)));
-  }
-  return total;
 }
 
 void DistributedReducer::set_tracer(std::shared_ptr<Tracer> tracer) {
@@ -484,8 +448,6 @@ void DistributedReducer::before_forward() {
                                  rank_, world_size_, buffers_.size(), e.what()));
   }
 }
-
-LogSums DistributedReducer::reduce_sums(const LogSums& local) { return stats_.sum(local); }
 
 std::vector<int64_t> DistributedReducer::bucket_sizes() const { return logger_->get_bucket_sizes(); }
 

@@ -9,8 +9,8 @@
 #include <torch/nn/module.h>
 
 #include "hetseq/distributed/comm_hook.h"
+#include "hetseq/distributed/ddp_options.h"
 #include "hetseq/distributed/powersgd.h"
-#include "hetseq/distributed/stat_sync.h"
 #include "hetseq/distributed/gradient_reducer.h"
 
 namespace c10d {
@@ -23,19 +23,6 @@ namespace hetseq {
 namespace detail {
 struct CommClock;
 }  // namespace detail
-
-/// What the distributed reducer needs from the command line.
-struct DdpOptions {
-  double bucket_cap_mb = 25;            // --bucket-cap-mb: largest gradient bucket, in MiB (fractions allowed)
-  bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
-  bool fast_stat_sync = false;          // --fast-stat-sync: statistics in one allreduce (same names on all ranks)
-  bool broadcast_buffers = true;        // --broadcast-buffers: rank 0's buffers before each update's forward
-  CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook: how buckets travel; see Note [Comm hooks]
-  PowerSgdOptions powersgd;              // --powersgd-rank, --powersgd-start-update (comm_hook kPowerSgd)
-  /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
-  /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
-  std::vector<std::vector<int64_t>> initial_buckets;
-};
 
 /// Data-parallel gradient reduction over a c10d process group, driven by LibTorch's own c10d::Reducer
 /// (the engine behind PyTorch's DistributedDataParallel): gradients are summed over the ranks in
@@ -57,23 +44,15 @@ class DistributedReducer final : public GradientReducer {
   /// once per update, before the first forward pass.
   void before_forward() override;
   /// For the last micro-batch of an update (`index == count - 1`) arms the gradient hooks, so that
-  /// the following backward reduces the gradients, and starts the statistics sum when given `stats`;
-  /// earlier micro-batches only accumulate locally.
+  /// the following backward reduces the gradients; earlier micro-batches only accumulate locally.
   void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
-                       const LogSums* stats = nullptr) override;
+                       const SampleCount& samples = nullptr) override;
   /// After the last backward: every parameter's gradient is the sum over all ranks (with
   /// find_unused_parameters, a parameter no rank used is left without a gradient, undefined, as
-  /// under DDP); returns `local` summed over the ranks.
+  /// under DDP).
   /// Throws hetseq::InputError when a parameter got no gradient without find_unused_parameters.
-  LogSums finish_update(const LogSums& local) override;
-  /// Sums statistics over all ranks (validation); see Note [Stat sync].
-  /// Whether any rank voted to stop in the last update (its vote rode with the statistics).
-  bool stop_agreed() const override { return stop_agreed_; }
-  LogSums reduce_sums(const LogSums& local) override;
+  void finish_update() override;
 
-  /// Each rank's statistics from the last finish_update or reduce_sums, `[rank]`; empty with
-  /// fast_stat_sync.
-  const std::vector<LogSums>& last_per_rank() const { return stats_.last_per_rank(); }
   /// Timing of the last update's gradient reduction.
   ReductionTiming last_timing() const override { return timing_; }
   void set_tracer(std::shared_ptr<Tracer> tracer) override;
@@ -105,12 +84,11 @@ class DistributedReducer final : public GradientReducer {
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook
-  StatSync stats_;
+  GradientReducer::SampleCount samples_;       // this update's global sample count, for the comm hook
   int64_t num_buckets_ = 0;
   bool armed_ = false;                          // before_backward armed this update's hooks
   ReductionTiming timing_;
   std::shared_ptr<Tracer> tracer_;
-  bool stop_agreed_ = false;  // see Note [Clean stops]
 };
 
 }  // namespace hetseq

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,16 +19,18 @@ struct ReductionTiming {
   double comm_s = 0;     // from the first bucket's start to the last bucket's completion
   double busy_s = 0;     // of which at least one bucket's allreduce was in flight
   double exposed_s = 0;  // of which after the last bucket was ready: time backward spent waiting on the network
-  /// Statistics collectives the update started after backward and waited for: 0 when the statistics
-  /// rode along with the gradients (Note [Stat sync]); the count of blocking round trips per update.
-  int64_t late_stat_rounds = 0;
 };
 
-/// The step of an update that combines the gradients and statistics of all ranks. The Controller
-/// calls it around the backward passes of an update; a distributed implementation starts
-/// communication during backward and hands back the sums over all ranks. See Note [Weighted averaging].
+/// The step of an update that sums the gradients of all ranks, and only the gradients: the statistics,
+/// the stop vote and every other message go through the CollectiveChannel (Note [Communication roles]).
+/// The Controller calls it around the backward passes of an update; a distributed implementation
+/// starts communication during backward. See Note [Weighted averaging].
 class GradientReducer {
  public:
+  /// The update's sample count summed over all ranks, which a comm hook may read during backward (Note
+  /// [Comm hooks]); the Controller gives the channel's.
+  using SampleCount = std::function<double()>;
+
   virtual ~GradientReducer() = default;
   /// Once per update, before its first forward pass; every rank calls it at the same point. A
   /// distributed implementation makes the model's buffers (running statistics) rank 0's here, as
@@ -35,34 +38,21 @@ class GradientReducer {
   virtual void before_forward() {}
   /// Between the forward and the backward pass of micro-batch `index` of `count` in this update, with
   /// its loss. Implementations communicate only for the last one (gradient accumulation, HetSeq's
-  /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]). For the last
-  /// one, `stats` (when not null) are the update's local statistics, complete: a distributed
-  /// implementation starts summing them now, so that the sum travels during backward (Note [Stat
-  /// sync]), and finish_update must then be given the same sums.
+  /// no_sync). Every rank runs the same number of micro-batches (see Note [Data plan]). `samples`
+  /// (null: 1) gives the update's global sample count for the comm hooks.
   virtual void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
-                               const LogSums* stats = nullptr) {}
+                               const SampleCount& samples = nullptr) {}
   /// After the last backward: turns every parameter's gradient into the sum of the gradients of all
-  /// ranks, and returns `local` summed over all ranks (sample_size included). Where before_backward
-  /// was given the statistics, `local` must equal them (hetseq::InputError otherwise: a task changed
-  /// its statistics after calling backward). A parameter that no
-  /// rank used in the update (where the implementation allows that) is left without a gradient
-  /// (undefined), so that the optimizer, the norm and clipping skip it, as under PyTorch's DDP.
-  virtual LogSums finish_update(const LogSums& local) = 0;
-  /// Sums statistics over all ranks without touching gradients (validation).
-  virtual LogSums reduce_sums(const LogSums& local) = 0;
-  /// This rank's vote to stop the run after the coming update (a signal arrived; see Note [Clean
-  /// stops]). The training loop calls it on every rank before each update; a distributed
-  /// implementation sends the vote with the update's statistics, so agreeing costs no round trip.
-  void vote_stop(bool stop) { stop_vote_ = stop; }
-  /// After finish_update: whether any rank voted to stop in that update; the same on every rank.
-  virtual bool stop_agreed() const { return stop_vote_; }
+  /// ranks. A parameter that no rank used in the update (where the implementation allows that) is left
+  /// without a gradient (undefined), so that the optimizer, the norm and clipping skip it, as under
+  /// PyTorch's DDP.
+  virtual void finish_update() = 0;
   /// Seconds the last update's backward spent waiting on communication after its last gradient was
   /// ready (0 for one process): the straggler signal, apart from compute.
   virtual double last_wait_s() const { return last_timing().exposed_s; }
   /// The last update's reduction: buckets, bytes and times (zeros for one process).
   virtual ReductionTiming last_timing() const { return {}; }
-  /// Spans of the buffer broadcast, each bucket's allreduce, the wait at the end of backward and the
-  /// statistics sync go to `tracer` (null: none). Shared, because the backend's threads may still
+  /// Spans of the buffer broadcast, each bucket's allreduce and the wait at the end of backward go to `tracer` (null: none). Shared, because the backend's threads may still
   /// complete a bucket after an error has unwound the caller. See Note [Tracing].
   virtual void set_tracer(std::shared_ptr<Tracer> tracer) {}
   /// The parameters of each gradient bucket in reduction order, [bucket][index among the parameters
@@ -78,16 +68,12 @@ class GradientReducer {
   virtual bool load_comm_hook_state(const std::optional<PowerSgdState>& state, const std::string& source) {
     return false;
   }
-
- protected:
-  bool stop_vote_ = false;  // this rank's vote for the coming update
 };
 
 /// One process: the local gradient and sums are already the totals.
 class LocalReducer final : public GradientReducer {
  public:
-  LogSums finish_update(const LogSums& local) override { return local; }
-  LogSums reduce_sums(const LogSums& local) override { return local; }
+  void finish_update() override {}
 };
 
 }  // namespace hetseq

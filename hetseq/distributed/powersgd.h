@@ -12,17 +12,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "hetseq/checkpoint/training_state.h"
+#include "hetseq/distributed/ddp_options.h"
 
 namespace hetseq {
 
 /// What PowerSGD gradient compression needs from the command line. See Note [PowerSGD].
-struct PowerSgdOptions {
-  int64_t rank = 1;                 // --powersgd-rank: the rank of the low-rank approximation (>= 1)
-  int64_t start_update = 0;         // plain summed allreduce for updates < start_update (warm-up)
-  double min_compression_rate = 2;  // compress a tensor only when (n + m) * rank * rate <= n * m
-  uint64_t seed = 0;                // seed of the initial Q matrices (the same on every rank)
-};
-
 namespace detail {
 struct PowerSgdBucket;
 class CollectiveSequence;

@@ -86,7 +86,7 @@ OptimizerSpec adadelta_spec() {
         .add("adadelta_eps", "epsilon of Adadelta", "1e-6", "EPS")
         .add("adadelta_weight_decay", "L2 weight decay of Adadelta", "0", "WD");
   };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     AdadeltaOptions o;
     o.lr = common.lrs.front();
     o.rho = args.number("adadelta_rho");

@@ -150,7 +150,7 @@ OptimizerSpec adam_spec() {
     flags.add("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", "(0.9, 0.999)", "B1,B2")
         .add("adam-eps", "epsilon of Adam", "1e-8", "EPS");
   };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     const auto betas = parse_double_list("--adam-betas", args.text("adam-betas"));
     if (betas.size() != 2) {
       throw UsageError(fmt::format("--adam-betas: expected two values like '(0.9, 0.999)', got {}", betas.size()));

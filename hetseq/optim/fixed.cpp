@@ -70,7 +70,7 @@ LrSchedulerSpec fixed_spec() {
   spec.flags = [](FlagSet& flags) {
     flags.add("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", "0.1", "F");
   };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     FixedOptions o;
     o.lrs = common.lrs;
     o.force_anneal = common.force_anneal;

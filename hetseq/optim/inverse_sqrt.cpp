@@ -58,7 +58,7 @@ LrSchedulerSpec inverse_sqrt_spec() {
   spec.flags = [](FlagSet& flags) {
     flags.add_optional("warmup-init-lr", "initial learning rate of the warmup (inverse_sqrt)", "LR");
   };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     InverseSqrtOptions o;
     o.lrs = common.lrs;
     o.warmup_updates = common.warmup_updates;

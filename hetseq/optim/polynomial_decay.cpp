@@ -85,7 +85,7 @@ LrSchedulerSpec polynomial_decay_spec() {
         .add("power", "decay power (PolynomialDecayScheduler)", "1", "P")
         .add("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)", "1000000", "N");
   };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> LrSchedulerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     PolynomialDecayOptions o;
     o.lrs = common.lrs;
     o.warmup_updates = common.warmup_updates;

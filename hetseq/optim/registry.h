@@ -21,7 +21,7 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<to
 using LrSchedulerFactory = std::function<std::unique_ptr<LrScheduler>(Optimizer& optimizer)>;
 
 /// The flags that several optimizers or schedules read, defined once in the driver's groups.
-struct CommonOptimFlags {
+struct CommonOptimOptions {
   std::vector<double> lrs;              // --lr, one per epoch
   double weight_decay = 0;              // --weight-decay (adam: decoupled; sgd: L2)
   int64_t warmup_updates = 0;           // --warmup-updates
@@ -36,14 +36,14 @@ struct CommonOptimFlags {
 struct OptimizerSpec {
   std::string name;
   std::function<void(FlagSet&)> flags;  // its flags (the driver shows them in the "Optimizer" group)
-  std::function<OptimizerFactory(const FlagValues&, const CommonOptimFlags&)> configure;
+  std::function<OptimizerFactory(const FlagValues&, const CommonOptimOptions&)> configure;
 };
 
 /// How an LR schedule presents itself: its --lr-scheduler name, its own flags, and how they are read.
 struct LrSchedulerSpec {
   std::string name;
   std::function<void(FlagSet&)> flags;  // its flags (in the "Learning rate scheduler" group)
-  std::function<LrSchedulerFactory(const FlagValues&, const CommonOptimFlags&)> configure;
+  std::function<LrSchedulerFactory(const FlagValues&, const CommonOptimOptions&)> configure;
 };
 
 /// Specs by name, for one flag (--optimizer or --lr_scheduler).

@@ -84,7 +84,7 @@ OptimizerSpec sgd_spec() {
   OptimizerSpec spec;
   spec.name = "sgd";
   spec.flags = [](FlagSet& flags) { flags.add("momentum", "momentum of SGD", "0", "M"); };
-  spec.configure = [](const FlagValues& args, const CommonOptimFlags& common) -> OptimizerFactory {
+  spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     SgdOptions o;
     o.lr = common.lrs.front();
     o.momentum = args.number("momentum");

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hetseq/checkpoint/save_options.h"
-#include "hetseq/distributed/comm_hook.h"
+#include "hetseq/distributed/ddp_options.h"
 #include "hetseq/distributed/world_options.h"
 #include "hetseq/distributed/zero_sharding.h"
 #include "hetseq/observe/log_format.h"
@@ -56,19 +56,17 @@ struct OptimizationOptions {
 };
 
 /// HetSeq's distributed flags.
-struct DistributedFlags {
+struct DistributedOptions {
   /// --distributed-world-size, --distributed-rank (of this node's first worker), --device-id (alias
   /// --local_rank), --cpu, --distributed-backend, --distributed-init-method, --distributed-timeout.
   WorldOptions world;
   std::optional<int64_t> gpus;        // --distributed-gpus: workers on this node (default: CUDA devices, or 1)
   bool no_spawn = false;              // --distributed-no-spawn
-  double bucket_cap_mb = 25;          // --bucket-cap-mb
-  bool find_unused_parameters = false;
-  bool broadcast_buffers = true;      // --broadcast-buffers
-  bool fast_stat_sync = false;
-  CommHook comm_hook = CommHook::kNone;  // --ddp-comm-hook
-  int64_t powersgd_rank = 1;             // --powersgd-rank
-  int64_t powersgd_start_update = 100;   // --powersgd-start-update
+  /// --bucket-cap-mb, --find-unused-parameters, --broadcast-buffers, --ddp-comm-hook, --powersgd-rank,
+  /// --powersgd-start-update: the gradient reducer's own options (the session adds the seed and a resumed
+  /// bucket layout).
+  DdpOptions ddp;
+  bool fast_stat_sync = false;        // --fast-stat-sync: the statistics channel's one allreduce
   bool log_all_ranks = false;
   ZeroSharding zero_sharding = ZeroSharding::kNone;  // --zero-sharding (compared across ranks)
   /// --memory-budget in bytes (per rank; unset: the free memory, see free_memory_bytes).
@@ -76,7 +74,7 @@ struct DistributedFlags {
 };
 
 /// The Balancing flags. See Note [Balancing].
-struct BalanceFlags {
+struct AutoBalanceOptions {
   bool auto_balance = false;       // --auto-balance
   int64_t interval = 10;           // --balance-interval
   double threshold = 0.03;         // --balance-threshold
@@ -85,7 +83,7 @@ struct BalanceFlags {
 };
 
 /// The flags that make a run visible besides its log lines. See Note [Tracing].
-struct ObserveFlags {
+struct ObserveOptions {
   std::optional<std::string> trace_dir;           // --trace-dir: each rank's timeline
   int64_t trace_first = 1, trace_last = 100;      // --trace-updates A:B
   bool trace_ops = false;                         // --trace-ops: LibTorch's op-level profiler too
@@ -122,9 +120,9 @@ struct TrainOptions {
   CommonOptions common;
   DatasetOptions dataset;
   OptimizationOptions optimization;
-  DistributedFlags distributed;
-  BalanceFlags balance;
-  ObserveFlags observe;
+  DistributedOptions distributed;
+  AutoBalanceOptions balance;
+  ObserveOptions observe;
   CheckpointOptions checkpoint;
   MixedPrecisionOptions mixed_precision;
 };

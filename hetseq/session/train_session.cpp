@@ -13,12 +13,15 @@
 #include "hetseq/balance/memory_probe.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/checkpoint/resume_check.h"
 #include "hetseq/core/stop_request.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "hetseq/distributed/handshake.h"
 #include "hetseq/optim.h"
 #include "hetseq/task/task_registry.h"
@@ -62,7 +65,7 @@ std::string as_text(const std::map<std::string, std::string>& compared) {
 // `budget_bytes`: this rank's --memory-budget or free memory, as the memory check read it.
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& world, torch::nn::Module& model,
                                                  int64_t budget_bytes) {
-  const DistributedFlags& d = o.distributed;
+  const DistributedOptions& d = o.distributed;
   if (d.zero_sharding == ZeroSharding::kNone || !world.distributed()) {
     if (d.zero_sharding != ZeroSharding::kNone) log::info("[zero] one rank: --zero-sharding os has nothing to shard");
     return o.optimization.make_optimizer(model.parameters());
@@ -182,7 +185,7 @@ void TrainSession::build_model(const TaskFactory& make_task) {
 // with its own error while the others are still waiting in the handshake for it, instead of after it,
 // where they would wait out --distributed-timeout in a collective.
 void TrainSession::open_outputs() {
-  const ObserveFlags& f = o_.observe;
+  const ObserveOptions& f = o_.observe;
   if (f.trace_dir) {
     TraceOptions t;
     t.dir = *f.trace_dir;
@@ -246,17 +249,14 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   schedule_ = std::make_unique<PlanSchedule>(batch_sizes, update_freqs, valid_batch_sizes, world_.rank());
   if (!world_.distributed()) {
     reducer_ = std::make_shared<LocalReducer>();
+    channel_ = std::make_shared<LocalChannel>();
     return;
   }
-  DdpOptions ddp;
-  ddp.bucket_cap_mb = o_.distributed.bucket_cap_mb;
-  ddp.find_unused_parameters = o_.distributed.find_unused_parameters;
-  ddp.fast_stat_sync = o_.distributed.fast_stat_sync;
-  ddp.comm_hook = o_.distributed.comm_hook;
-  ddp.powersgd.rank = o_.distributed.powersgd_rank;
-  ddp.powersgd.start_update = o_.distributed.powersgd_start_update;
+  // The gradients go through the reducer, every other message through the channel (Note [Communication
+  // roles]); both over the world's process group.
+  channel_ = std::make_shared<GroupChannel>(world_.group(), world_.device(), o_.distributed.fast_stat_sync);
+  DdpOptions ddp = o_.distributed.ddp;
   ddp.powersgd.seed = o_.common.seed;
-  ddp.broadcast_buffers = o_.distributed.broadcast_buffers;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
@@ -287,7 +287,7 @@ void TrainSession::build_controller() {
     log::info("[bf16] bfloat16 forward passes (autocast on {})", world_.device().str());
   }
   controller_ = std::make_unique<Controller>(*task_, model_, std::move(optimizer), std::move(scheduler), reducer_,
-                                             copts);
+                                             copts, channel_);
 }
 
 void TrainSession::resume(const std::map<std::string, std::string>& compared) {
@@ -373,7 +373,7 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
 // allocated, run before the reducer hooks the model. The model's buffers are put back afterwards, its
 // parameters are untouched, and the update's randomness is reseeded per update (Controller).
 RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
-  const DistributedFlags& d = o_.distributed;
+  const DistributedOptions& d = o_.distributed;
   RankMemoryBudget m;
   if (!d.memory_budget_bytes && !(d.zero_sharding == ZeroSharding::kOptimizerState && world_.distributed())) return m;
   m.from_free_memory = !d.memory_budget_bytes;
@@ -457,9 +457,9 @@ void TrainSession::build_loop() {
   vopts.device = world_.device();
   vopts.precision = o_.mixed_precision.precision;
   vopts.num_workers = o_.dataset.num_workers;
-  validator_ = std::make_unique<Validator>(*task_, reducer_, schedule_->valid_plan(), vopts);
-  TrainingLoopParts parts{controller_.get(), schedule_.get(), reducer_, train_data_, valid_data_,
-                          validator_.get(), checkpointer_.get()};
+  validator_ = std::make_unique<Validator>(*task_, channel_, schedule_->valid_plan(), vopts);
+  TrainingLoopParts parts{controller_.get(), schedule_.get(), train_data_, valid_data_, validator_.get(),
+                          checkpointer_.get()};
   TrainingLoopOptions lopts;
   lopts.max_epoch = o_.optimization.max_epoch;
   lopts.max_update = o_.optimization.max_update;
@@ -478,12 +478,14 @@ void TrainSession::build_loop() {
     tracer_->set_label(fmt::format("rank {} ({}, {}, {} samples per update)", world_.rank(), host_name(),
                                    world_.device().str(), schedule_->train_plan(start_.epoch).share(world_.rank())));
     if (world_.distributed()) tracer_->set_clock(align_clocks(*world_.group(), world_.device()));
-    controller_->set_tracer(tracer_.get());
-    reducer_->set_tracer(tracer_);
-    parts.tracer = tracer_.get();
+    parts.tracer = tracer_;
   }
   loop_ = std::make_unique<TrainingLoop>(parts, lopts);
   add_observers();
+}
+
+GatherFn TrainSession::gather_figures() const {
+  return [channel = channel_](const std::vector<double>& local) { return channel->gather(local); };
 }
 
 void TrainSession::add_observers() {
@@ -507,7 +509,7 @@ void TrainSession::add_observers() {
                 "completes when it is enqueued: the wait reads low and the bandwidth high (the trace's device rows "
                 "time them on the GPU)");
     }
-    loop_->add_observer(std::make_shared<RankSummary>(gather_through(reducer_, world_.rank(), world_.world_size()),
+    loop_->add_observer(std::make_shared<RankSummary>(gather_figures(),
                                                       *progress_, balancer_.get(), r));
   }
 }
@@ -526,7 +528,7 @@ void TrainSession::add_balancer() {
   b.widen_to_noise = !o_.balance.threshold_given;
   b.caps = balance_caps_;
   b.multiple = o_.dataset.required_batch_size_multiple;
-  balancer_ = std::make_shared<AutoBalancer>(*schedule_, gather_through(reducer_, world_.rank(), world_.world_size()), b);
+  balancer_ = std::make_shared<AutoBalancer>(*schedule_, gather_figures(), b);
   loop_->add_observer(balancer_);
   if (b.enabled && world_.rank() == 0) {
     log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%{}, caps [{}] (0: none)",

@@ -63,6 +63,8 @@ class TrainSession {
   void build_loop();
   void add_balancer();
   void add_observers();
+  /// Every rank's figures through the channel: the balancer's and the rank summaries' gathers.
+  GatherFn gather_figures() const;
 
   const TrainOptions& o_;
   World& world_;
@@ -77,7 +79,8 @@ class TrainSession {
   std::unique_ptr<PlanSchedule> schedule_;
   std::vector<int64_t> balance_caps_;  // [rank] --balance-cap (0: none)
   std::vector<RankMemoryBudget> memory_;  // [rank] budgets and activations for the memory check
-  std::shared_ptr<GradientReducer> reducer_;
+  std::shared_ptr<GradientReducer> reducer_;   // the gradients
+  std::shared_ptr<CollectiveChannel> channel_;  // every other message (Note [Communication roles])
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -29,13 +29,15 @@ uint64_t update_seed(uint64_t seed, int64_t num_updates, int64_t rank) {
 
 Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
                        std::unique_ptr<optim::Optimizer> optimizer, std::unique_ptr<optim::LrScheduler> lr_scheduler,
-                       std::shared_ptr<GradientReducer> reducer, ControllerOptions options)
+                       std::shared_ptr<GradientReducer> reducer, ControllerOptions options,
+                       std::shared_ptr<CollectiveChannel> channel)
     : task_(task),
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       lr_scheduler_(std::move(lr_scheduler)),
       reducer_(std::move(reducer)),
-      options_(options) {
+      options_(options),
+      channel_(channel ? std::move(channel) : std::make_shared<LocalChannel>()) {
   HETSEQ_ASSERT(model_ && optimizer_ && lr_scheduler_ && reducer_, "Controller built with a null part");
   if (options_.clip_norm < 0) {
     throw UsageError(fmt::format("--clip-norm: {} is negative; use 0 to turn clipping off", options_.clip_norm));
@@ -76,6 +78,12 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
 // used gets a zero gradient instead of none (as HetSeq's dummy batch, a real batch times 0, does for the
 // parameters it reaches).
 
+void Controller::set_tracer(std::shared_ptr<Tracer> tracer) {
+  tracer_ = tracer;
+  reducer_->set_tracer(tracer);
+  channel_->set_tracer(std::move(tracer));
+}
+
 UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   HETSEQ_ASSERT(!micro_batches.empty(), "an update with no micro-batches");
   meters_.train_wall.start();
@@ -86,12 +94,24 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   UpdateResult result;
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   reducer_->before_forward();
-  result.sums = reducer_->finish_update(run_micro_batches(micro_batches, result.loss_scale, result.host_reads));
+  run_micro_batches(micro_batches, result.loss_scale, result.host_reads);
+  if (!channel_->update_started()) {
+    throw InputError(fmt::format("rank {} of {}: the task's train_step returned without calling the Backward it "
+                                 "was given for the update's last micro-batch; a Task::train_step must run its loss "
+                                 "through that Backward",
+                                 channel_->rank(), channel_->world_size()));
+  }
+  reducer_->finish_update();
+  UpdateAgreement agreed = channel_->finish_update();
+  result.sums = std::move(agreed.sums);
+  result.stop_agreed = agreed.stop;
+  result.late_stat_rounds = agreed.late_rounds;
+  result.reduction = reducer_->last_timing();
   const double sample_size = sum_or(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
   {
-    const TraceSpan span(tracer_, "clip_grad");
+    const TraceSpan span(tracer_.get(), "clip_grad");
     normalise_and_clip(sample_size, result);
   }
   if (result.skipped) {
@@ -105,7 +125,7 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   }
   if (scaler_) scaler_->update(false);
   {
-    const TraceSpan span(tracer_, "optimizer");
+    const TraceSpan span(tracer_.get(), "optimizer");
     optimizer_->step();
   }
   ++num_updates_;
@@ -115,39 +135,45 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   return result;
 }
 
-LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale,
-                                      int64_t& host_reads) {
-  // [stat name] summed over the non-empty micro-batches (see Note [Empty micro-batches]): what the
-  // task knew on the host, and what it computed on the device, added up there (Note [Statistics on
-  // the device]).
+void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads) {
+  // [stat name] summed over the non-empty micro-batches before the last (see Note [Empty micro-batches]):
+  // what the task knew on the host, and what it computed on the device, added up there until the last
+  // backward reads them all at once (Note [Statistics on the device]).
   LogSums local;
   LogTensors local_tensors;
-  // A step's statistics into the sums, in the one order used both before backward and after the step.
-  auto add_step = [](LogSums& into, LogTensors* into_tensors, const StepOutput& step) {
+  // A step's statistics into the sums.
+  auto add_step = [](LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
     for (const auto& [name, value] : step.log) {
       if (name != "sample_size") into[name] += value;
     }
     into["sample_size"] += step.sample_size;
-    if (into_tensors != nullptr) add_log_tensors(*into_tensors, logged_tensors(step));
+    add_log_tensors(into_tensors, logged_tensors(step));
   };
-  // The device's sums of the whole update, read once at the last backward.
-  LogSums device_sums;
+  // What the last micro-batch gave its backward, to hold the task to it after its train_step returns.
+  LogSums last_log;
+  double last_sample_size = 0;
   const int64_t count = static_cast<int64_t>(micro_batches.size());
   for (int64_t k = 0; k < count; ++k) {
     const bool empty = micro_batches[k].empty();
     // The forward span runs from here to the task's call of `backward` (Note [Tracing]).
-    std::optional<TraceSpan> forward(std::in_place, tracer_, "forward", k);
+    std::optional<TraceSpan> forward(std::in_place, tracer_.get(), "forward", k);
     const Task::Backward backward = [&, k](const StepOutput& step) {
       forward.reset();
-      const TraceSpan span(tracer_, "backward", k);
-      if (k != count - 1) return run_backward(step.loss, k, count, loss_scale, nullptr);
-      // The update's statistics are complete now: they travel during this backward (Note [Stat sync]).
-      LogSums stats = local;
-      LogTensors tensors = local_tensors;
-      if (!empty) add_step(stats, &tensors, step);
-      if (add_to_host(device_sums, tensors)) ++host_reads;
-      for (const auto& [name, value] : device_sums) stats[name] += value;
-      run_backward(step.loss, k, count, loss_scale, &stats);
+      const TraceSpan span(tracer_.get(), "backward", k);
+      if (k == count - 1) {
+        // The update's statistics are complete now, built once: they travel on the channel during this
+        // backward (Note [Stat sync], Note [Communication roles]).
+        if (!empty) {
+          add_step(local, local_tensors, step);
+          last_log = step.log;
+          last_sample_size = step.sample_size;
+        }
+        LogSums device_sums;
+        if (add_to_host(device_sums, local_tensors)) ++host_reads;
+        for (const auto& [name, value] : device_sums) local[name] += value;
+        channel_->start_update(local, stop_vote_);
+      }
+      run_backward(step.loss, k, count, loss_scale);
     };
     if (empty) {
       StepOutput zero;
@@ -160,20 +186,34 @@ LogSums Controller::run_micro_batches(const std::vector<Batch>& micro_batches, d
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     forward.reset();
-    // The device's sums: on the device until the last backward reads them all.
-    add_step(local, k == count - 1 ? nullptr : &local_tensors, out);
+    if (k != count - 1) {
+      add_step(local, local_tensors, out);  // on the device until the last backward reads them all
+    } else if (channel_->update_started() && (out.log != last_log || out.sample_size != last_sample_size)) {
+      auto show = [](const LogSums& log, double sample_size) {
+        std::vector<std::string> parts{fmt::format("sample_size={}", sample_size)};
+        for (const auto& [name, value] : log) parts.push_back(fmt::format("{}={}", name, value));
+        return fmt::format("{}", fmt::join(parts, ", "));
+      };
+      throw InputError(fmt::format(
+          "rank {} of {}: the task's statistics changed after it called backward for the update's last micro-batch "
+          "(given to backward: [{}]; returned: [{}]); a Task::train_step must have its StepOutput's log and "
+          "sample_size complete when it calls backward",
+          channel_->rank(), channel_->world_size(), show(last_log, last_sample_size), show(out.log, out.sample_size)));
+    }
   }
-  for (const auto& [name, value] : device_sums) local[name] += value;
-  return local;
 }
 
-void Controller::run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale,
-                              const LogSums* stats) {
+void Controller::run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale) {
   const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
   const bool low = loss.scalar_type() == torch::kHalf || loss.scalar_type() == torch::kBFloat16;
   const torch::Tensor full = low ? loss.to(torch::kFloat32) : loss;
   const torch::Tensor scaled = scaler_ ? full * loss_scale : full;
-  reducer_->before_backward(index, count, scaled, stats);
+  if (index == count - 1) {
+    CollectiveChannel* channel = channel_.get();
+    reducer_->before_backward(index, count, scaled, [channel] { return channel->update_sample_size(); });
+  } else {
+    reducer_->before_backward(index, count, scaled);
+  }
   scaled.backward();
 }
 

@@ -11,6 +11,7 @@
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/task/task.h"
 #include "hetseq/observe/tracer.h"
+#include "hetseq/distributed/collective_channel.h"
 #include "hetseq/distributed/gradient_reducer.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
@@ -43,16 +44,28 @@ struct UpdateResult {
   /// Times the update read values from the device on the host: the statistics (once, however many
   /// micro-batches) and the gradient norm. See Note [Statistics on the device].
   int64_t host_reads = 0;
+  /// Some rank voted to stop the run after this update; the same on every rank (Note [Clean stops]).
+  bool stop_agreed = false;
+  /// Statistics collectives waited for after backward: 0 in the steady state (Note [Stat sync]).
+  int64_t late_stat_rounds = 0;
+  /// How the gradients travelled: buckets, bytes, times (zeros for one process).
+  ReductionTiming reduction;
 };
 
 /// Runs updates: accumulates the gradients of an update's micro-batches, has the GradientReducer
-/// combine them over ranks, normalises by the total sample size (see Note [Weighted averaging]),
+/// sum them over the ranks and the CollectiveChannel the statistics and stop votes (Note
+/// [Communication roles]), normalises by the total sample size (see Note [Weighted averaging]),
 /// clips, steps the optimizer and the LR schedule, and keeps the meters.
 class Controller {
  public:
   Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std::unique_ptr<optim::Optimizer> optimizer,
              std::unique_ptr<optim::LrScheduler> lr_scheduler, std::shared_ptr<GradientReducer> reducer,
-             ControllerOptions options);
+             ControllerOptions options, std::shared_ptr<CollectiveChannel> channel = nullptr);
+
+  /// This rank's vote to stop the run after the coming update (a signal arrived; Note [Clean stops]). It
+  /// travels with the update's statistics, so agreeing costs no round trip; the result's stop_agreed
+  /// says whether any rank voted.
+  void vote_stop(bool stop) { stop_vote_ = stop; }
 
   /// One update from this rank's micro-batches. Empty ones take part with zero weight and never reach
   /// the task (see Note [Empty micro-batches]). Under loss scaling an update whose gradients overflow
@@ -104,21 +117,20 @@ class Controller {
   /// The loss scaler (null without loss scaling).
   DynamicLossScaler* loss_scaler() { return scaler_.get(); }
   Precision precision() const { return options_.precision; }
-  /// Spans of each update's forward, backward, clipping and optimizer step go to `tracer` (null: none).
-  /// See Note [Tracing].
-  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  /// Spans of each update's forward, backward, clipping and optimizer step go to `tracer` (null: none),
+  /// and the reducer's and channel's spans too. See Note [Tracing].
+  void set_tracer(std::shared_ptr<Tracer> tracer);
 
  private:
   void load_optimizer_state(const TrainingState& state, const std::string& source);
   /// Restores TrainingState::cuda_rng_states where CUDA is available, logging what it cannot restore.
   void load_cuda_rng_states(const std::vector<torch::Tensor>& states, const std::string& source);
-  /// Forward and backward of every micro-batch of an update; returns this rank's summed statistics and
-  /// counts its reads of the device in `host_reads`.
-  LogSums run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads);
+  /// Forward and backward of every micro-batch of an update; starts this rank's summed statistics on the
+  /// channel at the last backward and counts its reads of the device in `host_reads`.
+  void run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads);
   /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times
-  /// `loss_scale`, the reducer's hooks armed; `stats`: the update's statistics, for the last one.
-  void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale,
-                    const LogSums* stats);
+  /// `loss_scale`, the reducer's hooks armed (the last one with the channel's global sample count).
+  void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);
   /// Zero, as a function of every parameter that takes a gradient. See Note [Empty micro-batches].
   torch::Tensor zero_loss();
   /// Divides the reduced gradients by samples x loss scale, measures their norm and clips them; sets
@@ -133,8 +145,10 @@ class Controller {
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
   std::shared_ptr<GradientReducer> reducer_;
   ControllerOptions options_;
+  std::shared_ptr<CollectiveChannel> channel_;
+  bool stop_vote_ = false;  // this rank's vote for the coming update
   std::unique_ptr<DynamicLossScaler> scaler_;
-  Tracer* tracer_ = nullptr;
+  std::shared_ptr<Tracer> tracer_;
   int64_t num_updates_ = 0;
   TrainMeters meters_;
   LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics

@@ -30,8 +30,8 @@ TrainingLoop::TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options)
     : parts_(std::move(parts)),
       options_(std::move(options)),
       compute_clock_([device = options_.device] { return make_compute_timer(device); }) {
-  HETSEQ_ASSERT(parts_.controller && parts_.schedule && parts_.reducer && parts_.train_data,
-                "TrainingLoop built with a null part");
+  HETSEQ_ASSERT(parts_.controller && parts_.schedule && parts_.train_data, "TrainingLoop built with a null part");
+  if (parts_.tracer) parts_.controller->set_tracer(parts_.tracer);
   HETSEQ_ASSERT(options_.disable_validation || parts_.validator, "validation on, but no Validator");
 }
 
@@ -85,11 +85,11 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
     plan_version_ = parts_.schedule->version();
   }
   if (parts_.tracer) parts_.tracer->begin_update(controller.num_updates() + 1);
-  const TraceSpan update_span(parts_.tracer, "update", controller.num_updates() + 1);
+  const TraceSpan update_span(parts_.tracer.get(), "update", controller.num_updates() + 1);
   const auto t0 = Clock::now();
   std::vector<Batch> batches;
   {
-    const TraceSpan span(parts_.tracer, "data");
+    const TraceSpan span(parts_.tracer.get(), "data");
     batches = stream_->next();
     if (pinned_batches()) {
       // Each micro-batch on its way to the device, beside the work still queued there (Note [Batches
@@ -100,17 +100,17 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   UpdateRecord record;
   record.times.data_s = seconds_since(t0);
   compute_clock_.start();
-  parts_.reducer->vote_stop(options_.stop_requested && options_.stop_requested());
+  controller.vote_stop(options_.stop_requested && options_.stop_requested());
   const UpdateResult result = controller.train_update(batches);
   UpdateShape shape{0, static_cast<int64_t>(batches.size())};
   for (const Batch& batch : batches) shape.samples += batch.num_samples;
   const double step_s = compute_clock_.stop(shape);
-  if (parts_.reducer->stop_agreed() && !stopping_) {
+  if (result.stop_agreed && !stopping_) {
     stopping_ = true;
     log::info("[train] a stop was requested (SIGTERM or SIGINT): stopping after update {}, epoch {}",
               controller.num_updates(), epoch);
   }
-  const ReductionTiming comm = parts_.reducer->last_timing();
+  const ReductionTiming& comm = result.reduction;
   record.times.comm_wait_s = comm.exposed_s;
   record.times.comm_busy_s = comm.busy_s;
   record.times.comm_bytes = comm.bytes;
@@ -166,7 +166,7 @@ TrainingLoop::Validation TrainingLoop::validate(int64_t epoch) {
   Validation v;
   if (options_.disable_validation) return v;
   Controller& controller = *parts_.controller;
-  const TraceSpan span(parts_.tracer, "validate");
+  const TraceSpan span(parts_.tracer.get(), "validate");
   for (const auto& split : options_.valid_subsets) {
     const LogSums sums = parts_.validator->run(parts_.valid_data.at(split), controller.model());
     const std::vector<Stat> stats = parts_.validator->stats(sums, controller.num_updates());
@@ -189,7 +189,7 @@ double TrainingLoop::end_epoch(int64_t epoch) {
 }
 
 void TrainingLoop::save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric) {
-  const TraceSpan span(parts_.tracer, "checkpoint");
+  const TraceSpan span(parts_.tracer.get(), "checkpoint");
   const SavePoint point{epoch, parts_.controller->num_updates(), end_of_epoch, metric};
   parts_.checkpointer->save(*parts_.controller, point, next, parts_.schedule->train_plan(epoch));
 }

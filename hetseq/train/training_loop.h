@@ -48,12 +48,13 @@ struct TrainingLoopOptions {
 struct TrainingLoopParts {
   Controller* controller = nullptr;
   PlanSchedule* schedule = nullptr;        // the split may change between updates (set_split)
-  std::shared_ptr<GradientReducer> reducer;  // for the communication-wait figure
   std::shared_ptr<Dataset> train_data;
   std::map<std::string, std::shared_ptr<Dataset>> valid_data;  // [split]; empty without validation
   Validator* validator = nullptr;          // null without validation
   Checkpointer* checkpointer = nullptr;    // null: never save
-  Tracer* tracer = nullptr;                // null: no timeline (--trace-dir); see Note [Tracing]
+  /// Null: no timeline (--trace-dir). The one way in for the tracer: the loop hands it to the Controller,
+  /// which hands it to its reducer and channel. See Note [Tracing].
+  std::shared_ptr<Tracer> tracer;
 };
 
 /// The epoch loop, with fairseq's split into train_epoch, validate and end_epoch: trains until

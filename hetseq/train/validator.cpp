@@ -6,8 +6,11 @@
 
 namespace hetseq {
 
-Validator::Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options)
-    : task_(task), reducer_(std::move(reducer)), plan_(std::move(plan)), options_(options) {
+Validator::Validator(Task& task, std::shared_ptr<CollectiveChannel> channel, DataPlan plan, ValidatorOptions options)
+    : task_(task),
+      channel_(channel ? std::move(channel) : std::make_shared<LocalChannel>()),
+      plan_(std::move(plan)),
+      options_(options) {
   plan_.validate();
   check_precision_supported(options_.precision, options_.device, "--" + to_string(options_.precision));
 }
@@ -32,7 +35,7 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
     }
   }
   add_to_host(local, on_device);
-  return reducer_->reduce_sums(local);
+  return channel_->sum(local);
 }
 
 std::vector<Stat> Validator::stats(const LogSums& sums, int64_t num_updates) const {

@@ -9,7 +9,7 @@
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/dataset.h"
 #include "hetseq/task/task.h"
-#include "hetseq/distributed/gradient_reducer.h"
+#include "hetseq/distributed/collective_channel.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/observe/progress.h"
 
@@ -23,11 +23,11 @@ struct ValidatorOptions {
 };
 
 /// Loss and the task's metrics of a model on whole splits, each cut across ranks by the validation
-/// plan (every sample once over all ranks) and summed over ranks by `reducer`. The training loop and
+/// plan (every sample once over all ranks) and summed over ranks by `channel` (null: one process). The training loop and
 /// hetseq-eval both use it; it needs no optimizer.
 class Validator {
  public:
-  Validator(Task& task, std::shared_ptr<GradientReducer> reducer, DataPlan plan, ValidatorOptions options);
+  Validator(Task& task, std::shared_ptr<CollectiveChannel> channel, DataPlan plan, ValidatorOptions options);
 
   /// The sums over all ranks of one pass over `dataset` (`sample_size` included).
   LogSums run(const std::shared_ptr<Dataset>& dataset, torch::nn::Module& model);
@@ -37,7 +37,7 @@ class Validator {
 
  private:
   Task& task_;
-  std::shared_ptr<GradientReducer> reducer_;
+  std::shared_ptr<CollectiveChannel> channel_;
   DataPlan plan_;
   ValidatorOptions options_;
 };

@@ -11,7 +11,7 @@
 #include "hetseq/balance/cost_window.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "support/error_message.h"
 #include "support/rank_threads.h"
 
@@ -61,10 +61,9 @@ std::vector<Seen> run_balancer(const BalanceOptions& options, int updates,
   test::OneIntraOpThread one_thread;
   std::vector<Seen> seen(3);
   test::run_ranks(3, [&](int rank, const test::Group& group) {
-    torch::nn::Linear model(2, 1);
-    auto reducer = std::make_shared<DistributedReducer>(*model, group, DdpOptions{});
+    auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, false);
     PlanSchedule schedule({64, 64, 64}, {{1}, {1}, {1}}, {64, 64, 64}, rank);
-    AutoBalancer balancer(schedule, gather_through(reducer, rank, 3), options);
+    AutoBalancer balancer(schedule, [channel](const std::vector<double>& v) { return channel->gather(v); }, options);
     UpdateResult result;
     balancer.on_epoch_begin(1);
     for (int n = 1; n <= updates; ++n) {

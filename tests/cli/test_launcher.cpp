@@ -12,7 +12,7 @@ TEST_CASE("Every flag the launcher sets per worker is a per-rank flag", "[launch
 }
 
 TEST_CASE("A worker's command line replaces the launcher's flags and keeps every other flag", "[launcher]") {
-  hetseq::cli::WorkerFlags o;
+  hetseq::cli::WorkerLaunchOptions o;
   o.argv = {"hetseq-train", "--task", "mnist", "--max-sentences", "32,16", "--distributed-gpus", "2",
             "--distributed-rank=4", "--dropout", "0.1,0.2", "--distributed-no-spawn", "--cpu"};
   o.first_rank = 4;

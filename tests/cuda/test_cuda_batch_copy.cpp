@@ -74,7 +74,7 @@ std::pair<Recorder, std::vector<torch::Tensor>> train_on_cuda(mnist::MnistTask& 
   copts.clip_norm = 0;
   copts.device = torch::Device(torch::kCUDA, 0);
   Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
-  TrainingLoopParts parts{&controller, &schedule, reducer, task.load_dataset("train"), {}, nullptr, nullptr};
+  TrainingLoopParts parts{&controller, &schedule, task.load_dataset("train"), {}, nullptr, nullptr};
   TrainingLoopOptions options;
   options.max_epoch = 1;
   options.disable_validation = true;

@@ -75,7 +75,7 @@ TEST_CASE("CUDA: find_unused_parameters with CUDA gradients: parameters unused o
         torch::Tensor loss = (rank + 1) * model.forward(input, uses_b[update][rank]).sum();
         reducer.before_backward(0, 1, loss);
         loss.backward();
-        reducer.finish_update({});
+        reducer.finish_update();
         std::map<std::string, torch::Tensor> named;
         for (const auto& item : model.named_parameters()) {
           const torch::Tensor g = item.value().grad();
@@ -143,7 +143,7 @@ TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets le
   torch::Tensor loss = mlp->forward(x).square().sum();
   reducer.before_backward(0, 1, loss);
   loss.backward();
-  reducer.finish_update({});
+  reducer.finish_update();
   const auto params = mlp->parameters();
   REQUIRE(params.size() == local.size());
   for (size_t i = 0; i < params.size(); ++i) {

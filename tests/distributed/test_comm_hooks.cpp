@@ -17,6 +17,7 @@
 #include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/counting_backend.h"
 #include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"
@@ -27,6 +28,7 @@ using Catch::Contains;
 using hetseq::CommHook;
 using hetseq::DdpOptions;
 using hetseq::DistributedReducer;
+using hetseq::GroupChannel;
 using hetseq::LogSums;
 using hetseq::test::Group;
 using hetseq::test::is_a;
@@ -96,10 +98,12 @@ Reduced reduce_once(CommHook hook, double magnitude, const std::vector<double>& 
     DistributedReducer reducer(*models[rank], group, options);
     const RankGradients& g = gradients[rank];
     const torch::Tensor loss = (models[rank]->weight * g.weight).sum() + (models[rank]->bias * g.bias).sum();
-    const LogSums stats{{"sample_size", sizes[rank]}};
-    reducer.before_backward(0, 1, loss, &stats);
+    GroupChannel channel(group, torch::kCPU, false);
+    channel.start_update({{"sample_size", sizes[rank]}}, false);  // the comm hooks divide by the global count
+    reducer.before_backward(0, 1, loss, [&channel] { return channel.update_sample_size(); });
     loss.backward();
-    reducer.finish_update(stats);
+    reducer.finish_update();
+    channel.finish_update();
     out.grads[rank] = torch::cat({models[rank]->weight.grad().flatten(), models[rank]->bias.grad()}).clone();
     bytes[rank] = reducer.last_timing().bytes;
   });
@@ -203,6 +207,7 @@ hetseq::Batch make_batch(uint64_t seed, int64_t size, double target_scale = 1) {
 
 std::unique_ptr<hetseq::Controller> make_controller(hetseq::Task& task, const std::shared_ptr<torch::nn::LinearImpl>& model,
                                                     std::shared_ptr<hetseq::GradientReducer> reducer,
+                                                    std::shared_ptr<hetseq::CollectiveChannel> channel,
                                                     std::optional<hetseq::LossScalerOptions> scaling = std::nullopt) {
   hetseq::optim::SgdOptions sgd;
   sgd.lr = 0.01;
@@ -213,8 +218,8 @@ std::unique_ptr<hetseq::Controller> make_controller(hetseq::Task& task, const st
   hetseq::ControllerOptions options;
   options.clip_norm = 0;
   options.loss_scaling = scaling;
-  return std::make_unique<hetseq::Controller>(task, model, std::move(optimizer), std::move(scheduler),
-                                              std::move(reducer), options);
+  return std::make_unique<hetseq::Controller>(task, model, std::move(optimizer), std::move(scheduler), std::move(reducer),
+                                             options, std::move(channel));
 }
 
 std::vector<std::shared_ptr<torch::nn::LinearImpl>> make_models() {
@@ -240,10 +245,9 @@ TEST_CASE("Statistics travel during backward: exactly the sums of a separate syn
     auto models = make_models();
     std::vector<RegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      DdpOptions options;
-      options.fast_stat_sync = fast;
-      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, options);
-      auto controller = make_controller(tasks[rank], models[rank], reducer);
+      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
+      auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
+      auto controller = make_controller(tasks[rank], models[rank], reducer, channel);
       for (int u = 0; u < 3; ++u) {
         const std::vector<hetseq::Batch> batches{make_batch(10 * u + rank, 3 + rank), make_batch(10 * u + 5, 2)};
         // The same statistics summed after the fact, by the separate sync (validation's path).
@@ -256,10 +260,10 @@ TEST_CASE("Statistics travel during backward: exactly the sums of a separate syn
             local["sample_size"] += out.sample_size;
           }
         }
-        separate[rank].push_back(reducer->reduce_sums(local));
-        separate_per_rank[rank].push_back(reducer->last_per_rank());
+        separate[rank].push_back(channel->sum(local));
+        separate_per_rank[rank].push_back(channel->last_per_rank());
         const auto asked = collectives_during(group, [&] { fused[rank].push_back(controller->train_update(batches).sums); });
-        fused_per_rank[rank].push_back(reducer->last_per_rank());
+        fused_per_rank[rank].push_back(channel->last_per_rank());
         late_rounds[rank].push_back(after_last_bucket(asked));
       }
     });
@@ -289,10 +293,9 @@ TEST_CASE("In the steady state an update waits for no statistics collective afte
     auto models = make_models();
     std::vector<RegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      DdpOptions options;
-      options.fast_stat_sync = fast;
-      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, options);
-      auto controller = make_controller(tasks[rank], models[rank], reducer);
+      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
+      auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
+      auto controller = make_controller(tasks[rank], models[rank], reducer, channel);
       for (int u = 0; u < 5; ++u) {
         hetseq::UpdateResult result;
         const auto asked = collectives_during(group, [&] { result = controller->train_update({make_batch(10 * u + rank, 4)}); });
@@ -315,25 +318,24 @@ TEST_CASE("In the steady state an update waits for no statistics collective afte
     }
   }
 
-  SECTION("a reduction driven without statistics before backward syncs them after it: one round") {
-    std::vector<int64_t> rounds(kWorld);
+  SECTION("the gradient reducer alone asks for its buckets and nothing else") {
+    std::vector<int64_t> others(kWorld, -1);
     std::vector<torch::nn::Linear> models;
     for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(2, 2));
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      DdpOptions options;
-      options.fast_stat_sync = true;
-      DistributedReducer reducer(*models[rank], group, options);
+      DistributedReducer reducer(*models[rank], group, DdpOptions{});
       for (int u = 0; u < 3; ++u) {
         const auto asked = collectives_during(group, [&] {
           const torch::Tensor loss = models[rank]->forward(torch::ones({1, 2})).sum();
           reducer.before_backward(0, 1, loss);
           loss.backward();
-          reducer.finish_update({{"sample_size", 1}});
+          reducer.finish_update();
         });
-        rounds[rank] = after_last_bucket(asked);
+        const auto broadcasts = std::count_if(asked.begin(), asked.end(), [](const auto& c) { return c.op == "broadcast"; });
+        if (u == 2) others[rank] = static_cast<int64_t>(asked.size()) - reducer.last_timing().buckets - broadcasts;
       }
     });
-    CHECK(rounds == std::vector<int64_t>{1, 1});
+    CHECK(others == std::vector<int64_t>{0, 0});
   }
 }
 
@@ -344,14 +346,15 @@ TEST_CASE("A task whose statistics change after it called backward gets an error
   std::vector<RegressionTask> tasks{RegressionTask(true), RegressionTask(true)};
   auto errors = run_ranks_collect(kWorld, [&](int rank, const Group& group) {
     auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
-    auto controller = make_controller(tasks[rank], models[rank], reducer);
+    auto controller =
+        make_controller(tasks[rank], models[rank], reducer, std::make_shared<GroupChannel>(group, torch::kCPU, false));
     controller->train_update({make_batch(rank, 4)});
   });
   for (int r = 0; r < kWorld; ++r) {
     CAPTURE(r);
     REQUIRE(errors[r]);
     CHECK(is_a<hetseq::InputError>(errors[r]));
-    CHECK_THAT(message_of(errors[r]), Contains("rank " + std::to_string(r) + " of 2") &&
+    CHECK_THAT(message_of(errors[r]), Contains("rank " + std::to_string(r) + " of 2: ") &&
                                           Contains("changed after it called backward") && Contains("late=1") &&
                                           Contains("StepOutput's log and sample_size complete"));
   }
@@ -374,7 +377,8 @@ TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on
       DdpOptions options;
       options.comm_hook = hook;
       auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, options);
-      auto controller = make_controller(tasks[rank], models[rank], reducer, scaling);
+      auto controller = make_controller(tasks[rank], models[rank], reducer,
+                                        std::make_shared<GroupChannel>(group, torch::kCPU, false), scaling);
       for (int u = 0; u < 2; ++u) skipped[rank].push_back(controller->train_update({make_batch(u + rank, 4)}).skipped);
       scale_after[rank] = controller->train_update({make_batch(7 + rank, 4)}).loss_scale;
     });
@@ -397,7 +401,8 @@ TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on
       DdpOptions options;
       options.comm_hook = CommHook::kFp16;
       auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, options);
-      auto controller = make_controller(tasks[rank], models[rank], reducer);
+      auto controller =
+          make_controller(tasks[rank], models[rank], reducer, std::make_shared<GroupChannel>(group, torch::kCPU, false));
       controller->train_update({make_batch(rank, 4, 1e7)});  // mean gradients of about 1e7
     });
     for (int r = 0; r < kWorld; ++r) {

@@ -15,10 +15,12 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "support/rank_threads.h"
 
 using hetseq::DdpOptions;
 using hetseq::DistributedReducer;
+using hetseq::GroupChannel;
 using hetseq::LogSums;
 
 namespace {
@@ -127,19 +129,21 @@ TEST_CASE("Rank-valued gradients and sums add up to their closed form over 3 ran
     DdpOptions options;
     options.bucket_cap_mb = 1e-6;  // one bucket per parameter
     DistributedReducer reducer(*model, group, options);
+    GroupChannel channel(group, torch::kCPU, false);  // the statistics, beside the gradients
     after_broadcast[rank] = copies(model->parameters());
     buckets[rank] = static_cast<int64_t>(reducer.bucket_sizes().size());
     const double c = rank + 1;
     for (int update = 0; update < 2; ++update) {  // the second update runs on rebuilt buckets
       clear_grads(*model);
       torch::Tensor loss = c * (model->weight * coeffs).sum() + c * c * model->bias.sum();
-      reducer.before_backward(0, 1, loss);
+      channel.start_update({{"loss", rank + 0.5}, {"sample_size", c}, {"ntokens", 10 * c}}, false);
+      reducer.before_backward(0, 1, loss, [&channel] { return channel.update_sample_size(); });
       loss.backward();
-      LogSums local{{"loss", rank + 0.5}, {"sample_size", c}, {"ntokens", 10 * c}};
-      sums[rank].push_back(reducer.finish_update(local));
+      reducer.finish_update();
+      sums[rank].push_back(channel.finish_update().sums);
       grads[rank].push_back(grads_of(*model));
     }
-    per_rank[rank] = reducer.last_per_rank();
+    per_rank[rank] = channel.last_per_rank();
   });
 
   const torch::Tensor expected_weight = 6 * coeffs;  // sum over ranks of (r + 1) * coeffs
@@ -183,7 +187,7 @@ TEST_CASE("Bucket caps from below one parameter to above the model give the orac
         torch::Tensor loss = summed_loss(mlp, batches[rank]);
         reducer.before_backward(0, 1, loss);
         loss.backward();
-        reducer.finish_update({{"sample_size", static_cast<double>(batch_sizes[rank])}});
+        reducer.finish_update();
         grads[rank].push_back(grads_of(*mlp));
         bucket_counts[rank].push_back(reducer.last_timing().buckets);
       }
@@ -233,7 +237,7 @@ TEST_CASE("Gradient accumulation reduces once, at the last micro-batch, the sum 
       reducer.before_backward(k, kCount, loss);
       loss.backward();
     }
-    reducer.finish_update({});
+    reducer.finish_update();
     reduced[rank] = grads_of(*mlp);
     launched[rank] = reducer.last_timing().buckets;
   });
@@ -292,7 +296,7 @@ TEST_CASE("find_unused_parameters: parameters unused on some or all ranks", "[dd
         torch::Tensor loss = (rank + 1) * model.forward(x, uses_b[update][rank]).sum();
         reducer.before_backward(0, 1, loss);
         loss.backward();
-        reducer.finish_update({});
+        reducer.finish_update();
         std::map<std::string, torch::Tensor> named;
         for (const auto& item : model.named_parameters()) named[item.key()] = copies({item.value().grad()})[0];
         grads[rank].push_back(named);
@@ -344,7 +348,7 @@ TEST_CASE("find_unused_parameters with accumulation: a parameter used only befor
       reducer.before_backward(k, 2, loss);
       loss.backward();
     }
-    reducer.finish_update({});
+    reducer.finish_update();
     for (const auto& item : model.named_parameters()) grads[rank][item.key()] = copies({item.value().grad()})[0];
   });
   const torch::Tensor dw = x.sum(0).expand({3, 4});
@@ -367,7 +371,7 @@ TEST_CASE("Without find_unused_parameters an unused parameter is an error that n
     torch::Tensor loss = models[rank]->forward(x, true).sum();  // `never` gets no gradient
     reducer.before_backward(0, 1, loss);
     loss.backward();
-    reducer.finish_update({});
+    reducer.finish_update();
   });
   for (int r = 0; r < kWorld; ++r) {
     CAPTURE(r);
@@ -377,7 +381,7 @@ TEST_CASE("Without find_unused_parameters an unused parameter is an error that n
   }
 }
 
-TEST_CASE("Statistics: fast and gathered sync agree and names must match only with fast sync", "[ddp]") {
+TEST_CASE("Statistics channel: fast and gathered sync agree and names must match only with fast sync", "[ddp][channel]") {
   OneIntraOpThread one_thread;
   constexpr int kWorld = 3;
   auto local_of = [](int rank) {
@@ -394,15 +398,13 @@ TEST_CASE("Statistics: fast and gathered sync agree and names must match only wi
     std::vector<std::vector<LogSums>> got(kWorld);       // [rank][call]
     std::vector<size_t> per_rank_size(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      DdpOptions options;
-      options.fast_stat_sync = fast;
-      DistributedReducer reducer(*models[rank], group, options);
+      GroupChannel channel(group, torch::kCPU, fast);
       // Names change on every rank together between calls 2 and 3 and back (training, validation).
       for (int call = 0; call < 6; ++call) {
         const bool valid = call == 3 || call == 4;
-        got[rank].push_back(reducer.reduce_sums(valid ? valid_of(rank) : local_of(rank)));
+        got[rank].push_back(channel.sum(valid ? valid_of(rank) : local_of(rank)));
       }
-      per_rank_size[rank] = reducer.last_per_rank().size();
+      per_rank_size[rank] = channel.last_per_rank().size();
     });
     for (int r = 0; r < kWorld; ++r) {
       CAPTURE(r);
@@ -421,12 +423,10 @@ TEST_CASE("Statistics: fast and gathered sync agree and names must match only wi
       for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(2, 2));
       std::vector<std::vector<LogSums>> got(kWorld);
       run_ranks(kWorld, [&](int rank, const Group& group) {
-        DdpOptions options;
-        options.fast_stat_sync = fast;
-        DistributedReducer reducer(*models[rank], group, options);
-        got[rank].push_back(reducer.reduce_sums(local_of(rank)));                          // training
-        got[rank].push_back(reducer.reduce_sums(rank == 1 ? LogSums{} : valid_of(rank)));  // rank 1: no batch
-        got[rank].push_back(reducer.reduce_sums(local_of(rank)));                          // training again
+        GroupChannel channel(group, torch::kCPU, fast);
+        got[rank].push_back(channel.sum(local_of(rank)));                          // training
+        got[rank].push_back(channel.sum(rank == 1 ? LogSums{} : valid_of(rank)));  // rank 1: no batch
+        got[rank].push_back(channel.sum(local_of(rank)));                          // training again
       });
       for (int r = 0; r < kWorld; ++r) {
         CAPTURE(r);
@@ -446,13 +446,11 @@ TEST_CASE("Statistics: fast and gathered sync agree and names must match only wi
         for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(2, 2));
         std::vector<std::vector<LogSums>> got(kWorld);
         auto errors = run_ranks_collect(kWorld, [&](int rank, const Group& group) {
-          DdpOptions options;
-          options.fast_stat_sync = fast;
-          DistributedReducer reducer(*models[rank], group, options);
+          GroupChannel channel(group, torch::kCPU, fast);
           for (int call = 0; call < 2; ++call) {
             LogSums local = local_of(rank);
             if (rank == 2 && call >= first_bad_call) local["ncorrect"] = 5;
-            got[rank].push_back(reducer.reduce_sums(local));
+            got[rank].push_back(channel.sum(local));
           }
         });
         for (int r = 0; r < kWorld; ++r) {
@@ -485,6 +483,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
   for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(4, 4));
   std::vector<Group> kept(kWorld);  // the silent rank's group stays open: a stalled peer, not a closed one
   std::vector<std::unique_ptr<DistributedReducer>> reducers(kWorld);
+  std::vector<std::unique_ptr<GroupChannel>> channels(kWorld);
   // The silent rank itself saw nothing; every other rank failed with an InputError that names it, says
   // `what` failed, and gives Gloo's cause: the group's timeout for a stalled peer; for a peer that
   // closed its group, the closed socket ("Connection closed by peer" or "... reset by peer", by timing).
@@ -517,7 +516,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           torch::Tensor loss = models[rank]->forward(torch::ones({1, 4})).sum();
           reducers[rank]->before_backward(0, 1, loss);
           loss.backward();
-          reducers[rank]->finish_update({});
+          reducers[rank]->finish_update();
         },
         timeout);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -534,7 +533,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           torch::Tensor loss = models[rank]->forward(torch::ones({1, 4})).sum();
           reducer.before_backward(0, 1, loss);
           loss.backward();
-          reducer.finish_update({});
+          reducer.finish_update();
         },
         timeout);
     check_peers_failed(errors, "the allreduce of gradient bucket 0 (80 bytes) failed: ", Cause::kPeerLeft);
@@ -547,19 +546,49 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
           kWorld,
           [&](int rank, const Group& group) {
             kept[rank] = group;
-            DdpOptions options;
-            options.fast_stat_sync = fast;
-            reducers[rank] = std::make_unique<DistributedReducer>(*models[rank], group, options);
+            channels[rank] = std::make_unique<GroupChannel>(group, torch::kCPU, fast);
             if (rank == kSilent) return;
-            reducers[rank]->reduce_sums({{"loss", 1}});
+            channels[rank]->sum({{"loss", 1}});
           },
           timeout);
       check_peers_failed(errors,
                          fast ? "the allreduce (--fast-stat-sync) of the statistics failed: "
                               : "the allgather of the statistics failed: ",
                          Cause::kTimeout);
-      reducers = std::vector<std::unique_ptr<DistributedReducer>>(kWorld);
+      channels = std::vector<std::unique_ptr<GroupChannel>>(kWorld);
       kept = std::vector<Group>(kWorld);
+    }
+  }
+
+  SECTION("a gather of per-rank figures") {
+    auto errors = run_ranks_collect(
+        kWorld,
+        [&](int rank, const Group& group) {
+          kept[rank] = group;
+          channels[rank] = std::make_unique<GroupChannel>(group, torch::kCPU, false);
+          if (rank == kSilent) return;
+          channels[rank]->gather({1.0, 2.0});
+        },
+        timeout);
+    check_peers_failed(errors, "the allgather of 2 per-rank figures failed: ", Cause::kTimeout);
+  }
+}
+
+TEST_CASE("Channel gather: every rank gets every rank's figures, in rank order, exactly", "[ddp][channel]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 3;
+  std::vector<std::vector<std::vector<double>>> got(kWorld);  // [rank][rank seen][k]
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    GroupChannel channel(group, torch::kCPU, false);
+    // Values that a sum of zeros elsewhere would still give, and ones it would not (-0.0, NaN payloads are
+    // not used): a third of 1, a large odd integer, the rank itself.
+    got[rank] = channel.gather({1.0 / 3 + rank, 9007199254740991.0 - rank, static_cast<double>(rank)});
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    CAPTURE(r);
+    REQUIRE(got[r].size() == kWorld);
+    for (int q = 0; q < kWorld; ++q) {
+      CHECK(got[r][q] == std::vector<double>{1.0 / 3 + q, 9007199254740991.0 - q, static_cast<double>(q)});
     }
   }
 }

@@ -16,6 +16,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
@@ -105,6 +106,7 @@ bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
 /// A Controller with SGD (lr 0.1) or Adam, a fixed learning rate and no clipping.
 std::unique_ptr<hetseq::Controller> make_controller(hetseq::Task& task, const std::shared_ptr<Net>& model,
                                                     std::shared_ptr<hetseq::GradientReducer> reducer,
+                                                    std::shared_ptr<hetseq::CollectiveChannel> channel,
                                                     std::unique_ptr<hetseq::optim::Optimizer> optimizer = nullptr) {
   if (!optimizer) {
     hetseq::optim::SgdOptions sgd;
@@ -117,7 +119,7 @@ std::unique_ptr<hetseq::Controller> make_controller(hetseq::Task& task, const st
   hetseq::ControllerOptions options;
   options.clip_norm = 0;
   return std::make_unique<hetseq::Controller>(task, model, std::move(optimizer), std::move(scheduler),
-                                              std::move(reducer), options);
+                                              std::move(reducer), options, std::move(channel));
 }
 
 struct Mlp : Net {
@@ -152,7 +154,7 @@ TEST_CASE("Empty micro-batches are run by the Controller: ranks with short and e
   // The oracle: one process, one micro-batch of all of the update's samples.
   RegressionTask oracle_task;
   auto oracle_model = std::make_shared<Mlp>(7);
-  auto oracle = make_controller(oracle_task, oracle_model, std::make_shared<hetseq::LocalReducer>());
+  auto oracle = make_controller(oracle_task, oracle_model, std::make_shared<hetseq::LocalReducer>(), nullptr);
   std::vector<std::vector<torch::Tensor>> expected;  // [update] parameters after it
   std::vector<LogSums> expected_sums;                // [update]
   for (const auto& update : batches) {
@@ -176,10 +178,9 @@ TEST_CASE("Empty micro-batches are run by the Controller: ranks with short and e
     for (int r = 0; r < kWorld; ++r) models.push_back(std::make_shared<Mlp>(r == 0 ? 7 : 70 + r));  // rank 0's win
     run_ranks(kWorld, [&](int rank, const Group& group) {
       const auto& model = models[rank];
-      DdpOptions options;
-      options.fast_stat_sync = fast;
       auto controller = make_controller(tasks[rank], model,
-                                        std::make_shared<hetseq::DistributedReducer>(*model, group, options));
+                                        std::make_shared<hetseq::DistributedReducer>(*model, group, DdpOptions{}),
+                                        std::make_shared<hetseq::GroupChannel>(group, torch::kCPU, fast));
       for (const auto& update : batches) {
         sums[rank].push_back(controller->train_update(update[rank]).sums);
         params[rank].push_back(values_of(*model));
@@ -252,6 +253,7 @@ TEST_CASE("With find_unused_parameters, through the Controller and Adam with wei
     adam.weight_decay = 0.1;
     auto controller =
         make_controller(task, model, std::make_shared<hetseq::DistributedReducer>(*model, group, options),
+                        std::make_shared<hetseq::GroupChannel>(group, torch::kCPU, false),
                         std::make_unique<hetseq::optim::Adam>(model->parameters(), adam));
     auto snapshot = [&] {
       std::map<std::string, torch::Tensor> out;
@@ -347,7 +349,8 @@ TEST_CASE("Buffers are rank 0's at the start of each update with broadcast_buffe
       DdpOptions options;
       options.broadcast_buffers = broadcast;
       auto controller =
-          make_controller(task, model, std::make_shared<hetseq::DistributedReducer>(*model, group, options));
+          make_controller(task, model, std::make_shared<hetseq::DistributedReducer>(*model, group, options),
+                          std::make_shared<hetseq::GroupChannel>(group, torch::kCPU, false));
       for (int u = 0; u < kUpdates; ++u) {
         controller->train_update(batches);  // two forward passes per update
       }
@@ -366,5 +369,36 @@ TEST_CASE("Buffers are rank 0's at the start of each update with broadcast_buffe
       }
       CHECK(found[r] == expected);
     }
+  }
+}
+
+TEST_CASE("A task whose train_step never calls its Backward gets an error saying so, not a hang or a crash",
+          "[controller]") {
+  // The Controller starts the update's statistics on the channel from inside the Backward it hands the
+  // task: a train_step that skips it leaves nothing to reduce, which must be a clear error.
+  class NoBackwardTask final : public hetseq::Task {
+   public:
+    std::shared_ptr<torch::nn::Module> build_model() override { throw hetseq::InternalError("not used"); }
+    std::shared_ptr<hetseq::Dataset> load_dataset(const std::string&) override {
+      throw hetseq::InternalError("not used");
+    }
+    hetseq::StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override {
+      hetseq::StepOutput out;
+      out.loss = (dynamic_cast<Net&>(model).forward(batch.at("x")) - batch.at("y")).pow(2).sum();
+      out.sample_size = static_cast<double>(batch.num_samples);
+      return out;
+    }
+    hetseq::StepOutput train_step(torch::nn::Module& model, const Batch& batch, const Backward&) override {
+      return compute_loss(model, batch);  // no backward
+    }
+  } task;
+  auto model = std::make_shared<Mlp>(7);
+  auto controller = make_controller(task, model, std::make_shared<hetseq::LocalReducer>(), nullptr);
+  try {
+    controller->train_update({make_batch(1, 4)});
+    FAIL("train_update returned");
+  } catch (const hetseq::InputError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("rank 0 of 1: the task's train_step returned without calling the "
+                                           "Backward it was given for the update's last micro-batch"));
   }
 }

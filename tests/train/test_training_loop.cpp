@@ -7,6 +7,7 @@
 #include <set>
 
 #include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/distributed/group_channel.h"
 #include "hetseq/optim.h"
 #include "hetseq/train/training_loop.h"
 #include "support/mnist_files.h"
@@ -55,7 +56,11 @@ struct RankRun {
 RankRun train_one_epoch(mnist::MnistTask& task, std::shared_ptr<torch::nn::Module> model, const Split& plan,
                         int64_t rank, const test::Group& group, const std::map<int64_t, Split>& resplits) {
   std::shared_ptr<GradientReducer> reducer = std::make_shared<LocalReducer>();
-  if (group) reducer = std::make_shared<DistributedReducer>(*model, group, DdpOptions{});
+  std::shared_ptr<CollectiveChannel> channel = std::make_shared<LocalChannel>();
+  if (group) {
+    reducer = std::make_shared<DistributedReducer>(*model, group, DdpOptions{});
+    channel = std::make_shared<GroupChannel>(group, torch::kCPU, false);
+  }
   std::vector<std::vector<int64_t>> freqs;
   for (int64_t u : plan.second) freqs.push_back({u});
   PlanSchedule schedule(plan.first, freqs, plan.first, rank);
@@ -68,8 +73,8 @@ RankRun train_one_epoch(mnist::MnistTask& task, std::shared_ptr<torch::nn::Modul
   ControllerOptions copts;
   copts.clip_norm = 0;
   copts.rank = rank;
-  Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
-  TrainingLoopParts parts{&controller, &schedule, reducer, task.load_dataset("train"), {}, nullptr, nullptr};
+  Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts, channel);
+  TrainingLoopParts parts{&controller, &schedule, task.load_dataset("train"), {}, nullptr, nullptr};
   TrainingLoopOptions options;
   options.max_epoch = 1;
   options.disable_validation = true;
