@@ -4,7 +4,7 @@
 
 #include "fuzz/checkpoint_input.h"
 #include "fuzz/harness.h"
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
 #include "hetseq/core/error.h"
 
 namespace hetseq::fuzz {

@@ -25,7 +25,7 @@
 
 #include "bert/shard_writer.h"
 #include "fuzz/checkpoint_input.h"
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
 #include "hetseq/cli/train_options.h"
 
 namespace fs = std::filesystem;

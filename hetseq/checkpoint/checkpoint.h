@@ -1,15 +1,11 @@
 #pragma once
+// What a checkpoint holds, as one value. Its file's bytes: checkpoint_format.h; files on disk:
+// checkpoint_file.h; the checks on resume: resume_check.h; which files a save writes: checkpoint_manager.h.
 
 #include <cstdint>
-#include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
-
-#include <torch/nn/module.h>
-#include <torch/types.h>
 
 #include "hetseq/checkpoint/training_state.h"
 
@@ -35,7 +31,7 @@ struct OptimizerShardsRef {
 };
 
 /// Everything a training run needs to continue exactly where it stopped: the Controller's
-/// TrainingState and where the data stands. See Note [Checkpoint file].
+/// TrainingState and where the data stands. See Note [Checkpoint file] (checkpoint_format.cpp).
 struct Checkpoint : TrainingState {
   static constexpr int64_t kFormatVersion = 1;
   /// A checkpoint whose optimizer buffers are in shard files: a build that reads only version 1 refuses
@@ -55,41 +51,5 @@ struct Checkpoint : TrainingState {
   std::string torch_version;      // of the LibTorch that wrote the file
   int64_t format_version = kFormatVersion;
 };
-
-/// Copies `tensors` (from model_tensors) into `model`'s parameters and buffers. Throws
-/// hetseq::InputError naming `source` (the file) on a missing or extra name or a shape mismatch.
-void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                        const std::string& source);
-
-/// The file's bytes: a torch.save-compatible archive (readable with torch.load in Python) whose
-/// `checksum` entry covers every other entry. See Note [Checkpoint file]. Built in memory, with a CPU
-/// copy of every tensor that is not a contiguous CPU tensor (tests and tools); save_checkpoint writes
-/// the same bytes without holding them.
-std::vector<char> encode_checkpoint(const Checkpoint& checkpoint);
-
-/// Parses and verifies bytes written by encode_checkpoint. Throws hetseq::InputError naming `source`
-/// when the bytes are truncated, altered (checksum), of another format version, or incomplete.
-Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& source);
-
-/// A digest of the training state (model, optimizer, LR scheduler, update count and position; not the
-/// meters or RNG), as readable text: ranks that resumed compare it (see check_ranks_agree).
-std::string state_digest(const Checkpoint& checkpoint);
-
-/// Throws hetseq::InputError naming `source` when the checkpoint was written by another task or for
-/// a model of other parameter names or shapes.
-void check_checkpoint_fits(const Checkpoint& checkpoint, const std::string& task, const std::string& model_digest,
-                           const std::string& source);
-
-/// Writes the bytes of encode_checkpoint to each of `paths` atomically (see write_file_atomically):
-/// streamed into the first file tensor by tensor, taking at most one tensor's copy of host memory
-/// (Note [Streamed save]), then copied to the others. Throws hetseq::InputError naming the file that
-/// could not be written; files already written stay.
-void save_checkpoint(const Checkpoint& checkpoint, const std::vector<std::filesystem::path>& paths);
-
-/// Reads and verifies a checkpoint file. Throws hetseq::InputError naming the file.
-Checkpoint load_checkpoint(const std::filesystem::path& path);
-
-/// Loads only the model weights of a checkpoint file into `model` (hetseq-eval, tests).
-void load_model(torch::nn::Module& model, const std::filesystem::path& path);
 
 }  // namespace hetseq

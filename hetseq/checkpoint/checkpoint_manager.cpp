@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/checkpoint/optimizer_shards.h"
 #include "hetseq/core/format.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // Archives in torch.save's format of a value tree: held in memory, or streamed to a file tensor by
-// tensor. Helpers of hetseq/checkpoint/checkpoint.h; see Note [Streamed save].
+// tensor. Helpers of hetseq/checkpoint/checkpoint_format.h; see Note [Streamed save].
 
 #include <cstddef>
 #include <functional>

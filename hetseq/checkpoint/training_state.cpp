@@ -4,6 +4,7 @@
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
+#include <torch/utils.h>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
@@ -23,6 +24,38 @@ std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn
     out.emplace_back(item.key(), cpu_copy(item.value()));
   }
   return out;
+}
+
+void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                        const std::string& source) {
+  std::map<std::string, torch::Tensor> saved(tensors.begin(), tensors.end());
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  for (auto& item : model.named_parameters(true)) targets.emplace_back(item.key(), item.value());
+  for (auto& item : model.named_buffers(true)) targets.emplace_back(item.key(), item.value());
+  // Check everything first, so that a mismatch leaves the model unchanged.
+  for (const auto& [name, target] : targets) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      throw InputError(fmt::format("{}: has no tensor '{}'; was it saved from another model or task?", source, name));
+    }
+    if (it->second.sizes() != target.sizes()) {
+      throw InputError(fmt::format("{}: tensor '{}' has shape [{}] but the model expects [{}]", source, name,
+                                   fmt::join(it->second.sizes(), ", "), fmt::join(target.sizes(), ", ")));
+    }
+  }
+  if (saved.size() != targets.size()) {
+    for (const auto& entry : saved) {
+      const std::string& name = entry.first;  // not a structured binding: lambdas capture those only from C++20
+      const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& p) { return p.first == name; });
+      if (!known) {
+        throw InputError(fmt::format("{}: has a tensor '{}' that the model does not have; was it saved from another "
+                                     "model or task?",
+                                     source, name));
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) target.copy_(saved.at(name));
 }
 
 // The generators are reached through ATen's context, whose CUDA hooks a LibTorch without CUDA also has

@@ -77,6 +77,12 @@ torch::Tensor cpu_copy(const torch::Tensor& t);
 /// The parameters and buffers of `model` as a TrainingState holds them (CPU copies).
 std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model);
 
+/// Copies `tensors` (from model_tensors) into `model`'s parameters and buffers. Throws
+/// hetseq::InputError naming `source` (the file) on a missing or extra name or a shape mismatch, and
+/// leaves the model unchanged then.
+void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                        const std::string& source);
+
 /// The state of every visible CUDA device's default generator, [device] (CPU byte tensors); empty
 /// where CUDA is not available. Compiles against a LibTorch without CUDA. The Controller calls it.
 std::vector<torch::Tensor> cuda_rng_states();

@@ -1,8 +1,8 @@
 #pragma once
+// How the ranks of a run meet: the store, every rank checked in, and the last barrier on leaving.
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 
@@ -35,30 +35,6 @@ struct Rendezvous {
   c10::intrusive_ptr<c10d::Store> raw_store;  // the store without the prefix
 };
 
-/// A parsed init method (see RendezvousOptions::init_method).
-struct InitMethod {
-  enum class Kind { kTcp, kFile, kEnv, kSlurm } kind;
-  std::string host;  // tcp
-  uint16_t port = 0;  // tcp; 0 lets the host pick one (read back with TCPStore::getPort)
-  std::string path;  // file
-};
-
-/// Parses --distributed-init-method (with the environment for env:// and Slurm). Throws
-/// hetseq::UsageError naming the flag or the variable that is missing or malformed.
-InitMethod parse_init_method(const std::string& text, const std::map<std::string, std::string>& environment);
-
-/// Whether torchrun (its elastic agent) started this process: TORCHELASTIC_RUN_ID is set. Then an
-/// empty --distributed-init-method means env://, and the process is one worker (no spawning).
-bool launched_by_torchrun(const std::map<std::string, std::string>& environment);
-
-/// The process environment as a map (for parse_init_method and resolve_ranks).
-std::map<std::string, std::string> process_environment();
-
-/// Fills in rank, world size and local rank from the init method's environment (env://, Slurm) where
-/// the flags leave them open; throws hetseq::UsageError on a conflict or a rank outside the world.
-void resolve_ranks(const InitMethod& method, const std::map<std::string, std::string>& environment,
-                   RendezvousOptions& options, std::optional<int64_t>& local_rank);
-
 /// Joins the rendezvous: opens the store (prefixed with store_prefix), claims this rank, then waits
 /// until every rank has checked in. Throws hetseq::PeerError naming the ranks that never arrived
 /// within the timeout, and hetseq::InputError when two workers claim the same rank (naming both hosts
@@ -69,16 +45,5 @@ Rendezvous rendezvous(const RendezvousOptions& options);
 /// only after the others have stopped using it, and with file:// then removes the store's file (a
 /// rerun of the same command finds none). Throws hetseq::InputError naming missing ranks.
 void leave_rendezvous(const Rendezvous& joined, std::chrono::milliseconds timeout);
-
-/// A barrier on the store: every rank of `world_size` calls it with the same `name`; returns when all
-/// have arrived. Throws hetseq::PeerError naming the ranks missing after `timeout` (with
-/// `what_to_check` appended), and hetseq::InputError with the message a rank left in `<name>/open`
-/// (a duplicate rank). See Note [Rendezvous keys].
-void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, int64_t world_size,
-                   std::chrono::milliseconds timeout, const std::string& what_to_check);
-
-/// The prefix of every key of this run and attempt, from the environment (torchrun's run id and
-/// restart count, Slurm's job, step and requeue count); see Note [Rendezvous keys].
-std::string store_prefix(const std::map<std::string, std::string>& environment);
 
 }  // namespace hetseq

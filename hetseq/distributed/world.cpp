@@ -11,6 +11,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/distributed/init_method.h"
 #include "hetseq/distributed/launcher.h"
 #include "hetseq/distributed/process_group.h"
 
@@ -85,7 +86,7 @@ World::World(const WorldOptions& o)
     const InitMethod method = parse_init_method(rendezvous_.init_method, environment);
     const bool from_environment = method.kind == InitMethod::Kind::kEnv || method.kind == InitMethod::Kind::kSlurm;
     if (from_environment && !o.rank_given) rendezvous_.rank.reset();  // RANK / SLURM_PROCID say
-    resolve_ranks(method, environment, rendezvous_, local_rank_);
+    resolve_ranks(method, environment, rendezvous_.world_size, rendezvous_.rank, local_rank_);
     // torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT and says so (Note [Joining a world]).
     const auto agent = environment.find("TORCHELASTIC_USE_AGENT_STORE");
     const bool agent_store = agent != environment.end() && (agent->second == "True" || agent->second == "1");

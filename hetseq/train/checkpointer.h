@@ -26,10 +26,11 @@ struct CheckpointerOptions {
   std::shared_ptr<SaveFence> fence;
 };
 
-/// Saves checkpoints with one call: which files (last, epoch, update, best), the best metric, the
-/// retention flags, and the log line. Every rank calls save() at the same points (so that they agree
-/// on when the last save was); rank 0 writes, and under --zero-sharding os every rank writes its shard
-/// of the optimizer state first (Note [Sharded optimizer state in checkpoints]).
+/// A save across the ranks, in one call: it takes the Controller's state, gathers the comm hook's state
+/// to rank 0, runs the checkpoint fence, and logs the save. Every rank calls save() at the same points
+/// (so that they agree on when the last save was); rank 0 writes, and under --zero-sharding os every
+/// rank writes its shard of the optimizer state first (Note [Sharded optimizer state in checkpoints]).
+/// Which files a save writes, the best metric and the retention flags are its CheckpointManager's.
 class Checkpointer {
  public:
   Checkpointer(CheckpointerOptions options, std::optional<double> best);

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/process_checks.h"

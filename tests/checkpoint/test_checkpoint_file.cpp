@@ -10,8 +10,10 @@
 
 #include "fuzz/checkpoint_input.h"
 #include "hetseq/checkpoint/atomic_file.h"
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
 #include "hetseq/checkpoint/checkpoint_manager.h"
+#include "hetseq/checkpoint/resume_check.h"
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/optim/adam.h"

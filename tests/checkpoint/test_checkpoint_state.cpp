@@ -14,7 +14,9 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
+#include "hetseq/checkpoint/resume_check.h"
 #include "hetseq/checkpoint/torch_archive.h"
 #include "hetseq/checkpoint/training_state.h"
 #include "support/error_message.h"

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
 #include "hetseq/checkpoint/pickle_scan.h"
 #include "support/error_message.h"
 

@@ -19,7 +19,9 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/atomic_file.h"
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
+#include "hetseq/checkpoint/resume_check.h"
 #include "cuda/cuda_skip.h"
 #include "support/error_message.h"
 #include "support/subprocess.h"

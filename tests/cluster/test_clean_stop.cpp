@@ -12,7 +12,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"

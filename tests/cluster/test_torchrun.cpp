@@ -15,7 +15,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/process_checks.h"

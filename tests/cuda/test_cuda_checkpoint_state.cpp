@@ -13,7 +13,8 @@
 #include <torch/torch.h>
 
 #include "cuda/cuda_skip.h"
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/training_state.h"
 #include "hetseq/distributed/powersgd.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"

@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/distributed/process_group.h"
 #include "support/mnist_files.h"
 #include "support/rank_threads.h"

@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"

@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/distributed/powersgd.h"

@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/rendezvous.h"
+#include "hetseq/distributed/rendezvous_keys.h"
 #include "hetseq/distributed/save_fence.h"
 #include "support/rank_threads.h"
 #include "support/subprocess.h"

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/checkpoint/optimizer_shards.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"

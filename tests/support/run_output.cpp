@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "hetseq/checkpoint/resume_check.h"
+
 namespace hetseq::test {
 
 std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag) {

@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/resume_check.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/mnist_files.h"

@@ -1,24 +1,21 @@
-#include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
 
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <unordered_map>
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/pickle_scan.h"
 #include "hetseq/checkpoint/torch_archive.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 
 namespace hetseq {
-namespace fs = std::filesystem;
 
 // Note [Checkpoint file]
 // ~~~~~~~~~~~~~~~~~~~~~~
@@ -323,38 +320,6 @@ class Reader {
 
 }  // namespace
 
-void load_model_tensors(torch::nn::Module& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                        const std::string& source) {
-  std::map<std::string, torch::Tensor> saved(tensors.begin(), tensors.end());
-  std::vector<std::pair<std::string, torch::Tensor>> targets;
-  for (auto& item : model.named_parameters(true)) targets.emplace_back(item.key(), item.value());
-  for (auto& item : model.named_buffers(true)) targets.emplace_back(item.key(), item.value());
-  // Check everything first, so that a mismatch leaves the model unchanged.
-  for (const auto& [name, target] : targets) {
-    auto it = saved.find(name);
-    if (it == saved.end()) {
-      throw InputError(fmt::format("{}: has no tensor '{}'; was it saved from another model or task?", source, name));
-    }
-    if (it->second.sizes() != target.sizes()) {
-      throw InputError(fmt::format("{}: tensor '{}' has shape [{}] but the model expects [{}]", source, name,
-                                   fmt::join(it->second.sizes(), ", "), fmt::join(target.sizes(), ", ")));
-    }
-  }
-  if (saved.size() != targets.size()) {
-    for (const auto& entry : saved) {
-      const std::string& name = entry.first;  // not a structured binding: lambdas capture those only from C++20
-      const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& p) { return p.first == name; });
-      if (!known) {
-        throw InputError(fmt::format("{}: has a tensor '{}' that the model does not have; was it saved from another "
-                                     "model or task?",
-                                     source, name));
-      }
-    }
-  }
-  torch::NoGradGuard no_grad;
-  for (auto& [name, target] : targets) target.copy_(saved.at(name));
-}
-
 namespace {
 
 // The entries that make the training state: model, optimizer, lr_scheduler.
@@ -455,7 +420,21 @@ void with_checkpoint_tree(const Checkpoint& c, const TensorForm& form, const det
 
 }  // namespace
 
-std::string state_digest(const Checkpoint& c) {
+std::vector<char> encode_checkpoint(const Checkpoint& c) {
+  std::vector<char> bytes;
+  with_checkpoint_tree(c, cpu_contiguous, nullptr, [&](const Dict& root) { bytes = detail::archive_bytes(root); });
+  return bytes;
+}
+
+void encode_checkpoint(const Checkpoint& c, const std::function<bool(const void*, size_t)>& write) {
+  detail::ArchiveTensors tensors;
+  const TensorForm stage = [&](const torch::Tensor& t) { return tensors.stage(t); };
+  with_checkpoint_tree(c, stage, &tensors, [&](const Dict& root) { detail::write_archive(root, tensors, write); });
+}
+
+namespace detail {
+
+int64_t training_state_checksum(const Checkpoint& c) {
   Dict root = new_dict();
   insert_state(root, c, [](const torch::Tensor& t) { return t; });
   root.insert("num_updates", c.num_updates);
@@ -463,14 +442,10 @@ std::string state_digest(const Checkpoint& c) {
   root.insert("offset", c.offset);
   Crc crc;
   crc.value(root);
-  return fmt::format("{:08x} ({} updates, epoch {}, offset {})", crc.result(), c.num_updates, c.epoch, c.offset);
+  return crc.result();
 }
 
-std::vector<char> encode_checkpoint(const Checkpoint& c) {
-  std::vector<char> bytes;
-  with_checkpoint_tree(c, cpu_contiguous, nullptr, [&](const Dict& root) { bytes = detail::archive_bytes(root); });
-  return bytes;
-}
+}  // namespace detail
 
 namespace {
 
@@ -603,44 +578,6 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.model_digest = r.text(args, "model_digest");
   c.options = r.text(args, "options");
   return c;
-}
-
-void save_checkpoint(const Checkpoint& checkpoint, const std::vector<fs::path>& paths) {
-  if (paths.empty()) return;
-  write_file_atomically(paths.front(), [&](FileSink& sink) {
-    detail::ArchiveTensors tensors;
-    const TensorForm stage = [&](const torch::Tensor& t) { return tensors.stage(t); };
-    with_checkpoint_tree(checkpoint, stage, &tensors, [&](const Dict& root) {
-      detail::write_archive(root, tensors, [&](const void* data, size_t n) { return sink.write(data, n); });
-    });
-    pause_save_if_asked(paths.front());  // a test hook; see Note [Save pause]
-  });
-  for (size_t i = 1; i < paths.size(); ++i) copy_file_atomically(paths.front(), paths[i]);
-}
-
-Checkpoint load_checkpoint(const fs::path& path) {
-  if (!fs::is_regular_file(path)) {
-    throw InputError(fmt::format("{}: no such checkpoint file; check the path", path.string()));
-  }
-  return decode_checkpoint(read_file(path), path.string());
-}
-
-void load_model(torch::nn::Module& model, const fs::path& path) {
-  load_model_tensors(model, load_checkpoint(path).model, path.string());
-}
-
-void check_checkpoint_fits(const Checkpoint& c, const std::string& task, const std::string& model_digest,
-                           const std::string& source) {
-  if (c.task != task) {
-    throw InputError(fmt::format("{}: written by --task {}, but this run has --task {}; pass the right --task or "
-                                 "another --restore-file",
-                                 source, c.task, task));
-  }
-  if (c.model_digest != model_digest) {
-    throw InputError(fmt::format("{}: its model has other parameters (names or shapes) than this run's model; check "
-                                 "the model flags, or pass another --restore-file",
-                                 source));
-  }
 }
 
 }  // namespace hetseq
