@@ -3,6 +3,7 @@
 // CUDA rank read its events without waiting for the device. The CUDA event timer itself is tested where a GPU
 // is (tests/cuda/test_cuda_compute_timer.cpp); here a timer that lags like a device stands in for it.
 #include <catch2/catch.hpp>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <chrono>

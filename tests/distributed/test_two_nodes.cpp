@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "hetseq/core/format.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
