@@ -168,9 +168,7 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
           last_log = step.log;
           last_sample_size = step.sample_size;
         }
-        LogSums device_sums;
-        if (add_to_host(device_sums, local_tensors)) ++host_reads;
-        for (const auto& [name, value] : device_sums) local[name] += value;
+        if (add_to_host(local, local_tensors)) ++host_reads;
         channel_->start_update(local, stop_vote_);
       }
       run_backward(step.loss, k, count, loss_scale);

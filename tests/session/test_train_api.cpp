@@ -9,6 +9,7 @@
 
 #include "hetseq/hetseq.h"
 #include "support/error_message.h"
+#include "support/line_data.h"
 #include "support/subprocess.h"
 #include "support/temp_dir.h"
 
@@ -19,26 +20,12 @@ namespace {
 
 const Metric kCorrect{"ncorrect"};
 
-// Points on a line, label = whether x > 0, `n` of them.
-class Line : public Dataset {
- public:
-  explicit Line(int64_t n) : x_(torch::linspace(-1, 1, n).unsqueeze(1)), y_((x_.squeeze(1) > 0).to(torch::kLong)) {}
-  int64_t size() const override { return x_.size(0); }
-  Batch collate(const std::vector<int64_t>& indices) const override {
-    const torch::Tensor i = torch::tensor(indices, torch::kLong);
-    return {{{"x", x_.index_select(0, i)}, {"y", y_.index_select(0, i)}}, static_cast<int64_t>(indices.size())};
-  }
-
- private:
-  torch::Tensor x_, y_;
-};
-
 class LineTask : public ModelTask<torch::nn::LinearImpl> {
  public:
   explicit LineTask(int64_t points) : points_(points) {}
   std::shared_ptr<torch::nn::LinearImpl> make_model() override { return torch::nn::Linear(1, 2).ptr(); }
   std::shared_ptr<Dataset> load_dataset(const std::string& split) override {
-    return std::make_shared<Line>(split == "train" ? points_ : 20);
+    return std::make_shared<test::LineData>(split == "train" ? points_ : 20);
   }
   StepOutput loss(torch::nn::LinearImpl& model, const Batch& batch) override {
     StepOutput out;

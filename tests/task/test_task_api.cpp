@@ -10,6 +10,7 @@
 #include "hetseq/optim.h"
 #include "hetseq/train/training_loop.h"
 #include "support/error_message.h"
+#include "support/line_data.h"
 #include "support/temp_dir.h"
 
 using namespace hetseq;
@@ -17,25 +18,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Points on a line, label = whether x > 0; a linear model. Nothing but what ModelTask requires.
-class LineData : public Dataset {
- public:
-  explicit LineData(int64_t n) : x_(torch::linspace(-1, 1, n).unsqueeze(1)), y_((x_.squeeze(1) > 0).to(torch::kLong)) {}
-  int64_t size() const override { return x_.size(0); }
-  Batch collate(const std::vector<int64_t>& indices) const override {
-    const torch::Tensor i = torch::tensor(indices, torch::kLong);
-    return {{{"x", x_.index_select(0, i)}, {"y", y_.index_select(0, i)}}, static_cast<int64_t>(indices.size())};
-  }
-
- private:
-  torch::Tensor x_, y_;
-};
-
+// A linear model on test::LineData. Nothing but what ModelTask requires.
 class LineTask : public ModelTask<torch::nn::LinearImpl> {
  public:
   std::shared_ptr<torch::nn::LinearImpl> make_model() override { return torch::nn::Linear(1, 2).ptr(); }
   std::shared_ptr<Dataset> load_dataset(const std::string& split) override {
-    return std::make_shared<LineData>(split == "train" ? 40 : 10);
+    return std::make_shared<test::LineData>(split == "train" ? 40 : 10);
   }
   StepOutput loss(torch::nn::LinearImpl& model, const Batch& batch) override {
     StepOutput out;

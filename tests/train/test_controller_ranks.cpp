@@ -39,7 +39,7 @@ struct Net : torch::nn::Module {
 
 /// Squared error summed over the batch; its sample size is the number of samples. Counts its calls and
 /// throws when it gets an empty batch, which the Controller must never pass.
-class RegressionTask final : public hetseq::Task {
+class RegressionTask : public hetseq::Task {
  public:
   std::shared_ptr<torch::nn::Module> build_model() override { throw hetseq::InternalError("not used"); }
   std::shared_ptr<hetseq::Dataset> load_dataset(const std::string&) override {
@@ -376,18 +376,8 @@ TEST_CASE("A task whose train_step never calls its Backward gets an error saying
           "[controller]") {
   // The Controller starts the update's statistics on the channel from inside the Backward it hands the
   // task: a train_step that skips it leaves nothing to reduce, which must be a clear error.
-  class NoBackwardTask final : public hetseq::Task {
+  class NoBackwardTask final : public RegressionTask {
    public:
-    std::shared_ptr<torch::nn::Module> build_model() override { throw hetseq::InternalError("not used"); }
-    std::shared_ptr<hetseq::Dataset> load_dataset(const std::string&) override {
-      throw hetseq::InternalError("not used");
-    }
-    hetseq::StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override {
-      hetseq::StepOutput out;
-      out.loss = (dynamic_cast<Net&>(model).forward(batch.at("x")) - batch.at("y")).pow(2).sum();
-      out.sample_size = static_cast<double>(batch.num_samples);
-      return out;
-    }
     hetseq::StepOutput train_step(torch::nn::Module& model, const Batch& batch, const Backward&) override {
       return compute_loss(model, batch);  // no backward
     }
