@@ -55,7 +55,7 @@ PowerSgdState sample_powersgd() {
   return p;
 }
 
-Checkpoint sample_checkpoint() {
+Checkpoint state_checkpoint() {
   torch::manual_seed(20);
   Checkpoint c;
   c.model = {{"fc.weight", torch::randn({4, 3})}};
@@ -160,7 +160,7 @@ std::vector<char> without_extra_entries(const Checkpoint& c, const std::vector<s
 
 TEST_CASE("a checkpoint reads back the CUDA generators' states and PowerSGD's state exactly", "[checkpoint]") {
   TempDir dir;
-  const Checkpoint c = sample_checkpoint();
+  const Checkpoint c = state_checkpoint();
   hetseq::save_checkpoint(c, {dir / "state.pt"});
   const Checkpoint r = hetseq::load_checkpoint(dir / "state.pt");
   CHECK(same_tensors(r.cuda_rng_states, c.cuda_rng_states));
@@ -192,7 +192,7 @@ TEST_CASE("a checkpoint reads back the CUDA generators' states and PowerSGD's st
 
 TEST_CASE("a checkpoint of an earlier hetseq, without CUDA generator or PowerSGD entries, still loads",
           "[checkpoint]") {
-  Checkpoint c = sample_checkpoint();
+  Checkpoint c = state_checkpoint();
   c.powersgd.reset();
   const std::vector<char> old = without_extra_entries(c, {"cuda_rng_state", "powersgd"});
   const Checkpoint r = hetseq::decode_checkpoint(old, "old.pt");
@@ -201,22 +201,22 @@ TEST_CASE("a checkpoint of an earlier hetseq, without CUDA generator or PowerSGD
   CHECK(torch::equal(r.rng_state, c.rng_state));
   CHECK(hetseq::state_digest(r) == hetseq::state_digest(c));
   // The test's own checksum is the decoder's: with the entries kept, the file decodes as written.
-  const Checkpoint kept = hetseq::decode_checkpoint(without_extra_entries(sample_checkpoint(), {}), "new.pt");
+  const Checkpoint kept = hetseq::decode_checkpoint(without_extra_entries(state_checkpoint(), {}), "new.pt");
   CHECK(same_tensors(kept.cuda_rng_states, c.cuda_rng_states));
 }
 
 TEST_CASE("a PowerSGD entry whose parts do not fit together is an error naming the file and the bucket",
           "[checkpoint]") {
-  Checkpoint c = sample_checkpoint();
+  Checkpoint c = state_checkpoint();
   c.powersgd->buckets[1].errors[0] = torch::randn({2, 4, 30});  // errors of 2 ranks in a state of 3
   CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "bad.pt"); }),
              Contains("bad.pt: PowerSGD bucket 1, matrix 0: view 0 of 1, Q of shape [30, 1], errors of shape "
                       "[2, 4, 30] for 3 ranks do not fit together"));
-  c = sample_checkpoint();
+  c = state_checkpoint();
   c.powersgd->buckets[0].q.pop_back();
   CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "bad.pt"); }),
              Contains("bad.pt: PowerSGD bucket 0 has 2 matrices but 1 Q and 2 error tensors"));
-  c = sample_checkpoint();
+  c = state_checkpoint();
   c.powersgd->world_size = 0;
   CHECK_THAT(input_error_of([&] { hetseq::decode_checkpoint(hetseq::encode_checkpoint(c), "bad.pt"); }),
              Contains("bad.pt: the PowerSGD state (update 41, 0 ranks) is impossible"));
@@ -227,7 +227,7 @@ TEST_CASE("Python reads the CUDA generator and PowerSGD entries of a checkpoint 
   const std::string python = hetseq::test::python_path();
   REQUIRE(!python.empty());
   TempDir dir;
-  hetseq::save_checkpoint(sample_checkpoint(), {dir / "state.pt"});
+  hetseq::save_checkpoint(state_checkpoint(), {dir / "state.pt"});
   const std::string script =
       "import sys, torch\n"
       "x = torch.load(sys.argv[1], weights_only=True, map_location='cpu')['extra_state']\n"
@@ -247,5 +247,5 @@ TEST_CASE("without CUDA a training state has no CUDA generator states, and saved
     return;
   }
   CHECK(hetseq::cuda_rng_states().empty());
-  CHECK(hetseq::set_cuda_rng_states(sample_checkpoint().cuda_rng_states, "ck.pt") == 0);
+  CHECK(hetseq::set_cuda_rng_states(state_checkpoint().cuda_rng_states, "ck.pt") == 0);
 }

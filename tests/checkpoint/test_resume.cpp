@@ -32,12 +32,6 @@ using Catch::Contains;
 namespace {
 
 // The logged training loss per update number.
-std::map<int64_t, double> losses_by_update(const std::string& out) {
-  std::map<int64_t, double> m;
-  for (const auto& row : json_lines(out, "train")) m[row["num_updates"].get<int64_t>()] = row["loss"].get<double>();
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("a run stopped mid-epoch and resumed is bit-identical to the run never stopped", "[checkpoint][resume]") {

@@ -35,12 +35,6 @@ std::vector<std::string> node(const std::string& data, const std::string& save_d
               more);
 }
 
-std::map<int64_t, double> losses_by_update(const std::string& out) {
-  std::map<int64_t, double> m;
-  for (const auto& row : json_lines(out, "train")) m[row["num_updates"].get<int64_t>()] = row["loss"].get<double>();
-  return m;
-}
-
 // A copy of `from`'s checkpoint_last.pt as the only file of a new save dir `to`.
 void copy_last(const std::string& from, const std::string& to) {
   fs::create_directories(to);

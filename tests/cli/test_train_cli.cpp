@@ -22,7 +22,7 @@ ProcessResult train(std::vector<std::string> args) {
   return run_process(args, std::chrono::seconds(300));
 }
 
-std::vector<nlohmann::json> json_lines(const std::string& out) {
+std::vector<nlohmann::json> all_json_lines(const std::string& out) {
   std::vector<nlohmann::json> lines;
   std::istringstream in(out);
   std::string line;
@@ -124,7 +124,7 @@ TEST_CASE("a short run trains, validates, logs JSON and saves a model that hetse
                         "--max-update", "40", "--log-format", "json", "--log-interval", "10", "--save-dir",
                         dir / "save", "--num-workers", "2", "--max-sentences-valid", "500"});
   REQUIRE(r.exit_code == 0);
-  const auto lines = json_lines(r.out);
+  const auto lines = all_json_lines(r.out);
   std::vector<nlohmann::json> train_lines, valid_lines, epoch_lines;
   for (const auto& j : lines) {
     if (j["tag"] == "train") train_lines.push_back(j);
@@ -150,7 +150,7 @@ TEST_CASE("a short run trains, validates, logs JSON and saves a model that hetse
                               "--max-sentences", "1000"},
                              std::chrono::seconds(120));
   REQUIRE(e.exit_code == 0);
-  const auto eval_lines = json_lines(e.out);
+  const auto eval_lines = all_json_lines(e.out);
   REQUIRE(eval_lines.size() == 1);
   CHECK(eval_lines[0]["accuracy"].get<double>() == Approx(accuracy).margin(1e-9));
 
@@ -160,7 +160,7 @@ TEST_CASE("a short run trains, validates, logs JSON and saves a model that hetse
                               "--max-sentences", "1000", "--bf16"},
                              std::chrono::seconds(300));  // bf16 autocast on a CPU without bf16 instructions: slowly
   REQUIRE(b.exit_code == 0);
-  const auto bf16_lines = json_lines(b.out);
+  const auto bf16_lines = all_json_lines(b.out);
   REQUIRE(bf16_lines.size() == 1);
   const double fp32_loss = eval_lines[0]["loss"].get<double>(), bf16_loss = bf16_lines[0]["loss"].get<double>();
   CHECK(bf16_loss != fp32_loss);

@@ -26,8 +26,8 @@ using hetseq::test::run_ranks;
 namespace {
 
 // Three heads on one input; `a` is always used, `b` on request, `never` never.
-struct Branchy : torch::nn::Module {
-  Branchy() {
+struct CudaBranchy : torch::nn::Module {
+  CudaBranchy() {
     a = register_module("a", torch::nn::Linear(4, 3));
     b = register_module("b", torch::nn::Linear(4, 3));
     never = register_module("never", torch::nn::Linear(4, 3));
@@ -53,10 +53,10 @@ TEST_CASE("CUDA: find_unused_parameters with CUDA gradients: parameters unused o
 
   for (double cap_mb : {1e-6, 25.0}) {
     CAPTURE(cap_mb);
-    std::vector<std::shared_ptr<Branchy>> models;
+    std::vector<std::shared_ptr<CudaBranchy>> models;
     for (int r = 0; r < kWorld; ++r) {
       torch::manual_seed(40 + r);
-      models.push_back(std::make_shared<Branchy>());
+      models.push_back(std::make_shared<CudaBranchy>());
       models.back()->to(gpu);
     }
     // [rank][update] gradients by parameter name, copied to the CPU (undefined: no gradient)

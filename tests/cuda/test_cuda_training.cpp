@@ -72,12 +72,6 @@ std::vector<std::string> overflow_lines(const std::string& err) {
 }
 
 // The logged training loss per update number.
-std::map<int64_t, double> losses_by_update(const std::string& out) {
-  std::map<int64_t, double> m;
-  for (const auto& row : json_lines(out, "train")) m[row["num_updates"].get<int64_t>()] = row["loss"].get<double>();
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("CUDA: MNIST trains Fashion-MNIST on one GPU, validates, and hetseq-eval reads the model on the GPU",

@@ -169,9 +169,9 @@ namespace {
 
 /// Squared error summed over the batch of a Linear(4, 3) in float32; its sample size is the number of
 /// samples. `late_log`: the task adds a statistic after calling backward, which the Controller refuses.
-class RegressionTask final : public hetseq::Task {
+class HookRegressionTask final : public hetseq::Task {
  public:
-  explicit RegressionTask(bool late_log = false) : late_log_(late_log) {}
+  explicit HookRegressionTask(bool late_log = false) : late_log_(late_log) {}
   std::shared_ptr<torch::nn::Module> build_model() override { throw hetseq::InternalError("not used"); }
   std::shared_ptr<hetseq::Dataset> load_dataset(const std::string&) override {
     throw hetseq::InternalError("not used");
@@ -243,7 +243,7 @@ TEST_CASE("Statistics travel during backward: exactly the sums of a separate syn
     std::vector<std::vector<std::vector<LogSums>>> fused_per_rank(kWorld), separate_per_rank(kWorld);
     std::vector<std::vector<int64_t>> late_rounds(kWorld);
     auto models = make_models();
-    std::vector<RegressionTask> tasks(kWorld);
+    std::vector<HookRegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
       auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
       auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
@@ -291,7 +291,7 @@ TEST_CASE("In the steady state an update waits for no statistics collective afte
     std::vector<std::vector<int64_t>> late_rounds(kWorld), totals(kWorld), rebuilds(kWorld);  // [rank][update]
     std::vector<std::vector<double>> losses(kWorld);
     auto models = make_models();
-    std::vector<RegressionTask> tasks(kWorld);
+    std::vector<HookRegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
       auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
       auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
@@ -343,7 +343,7 @@ TEST_CASE("A task whose statistics change after it called backward gets an error
           "[ddp][comm-hook][stat-sync]") {
   OneIntraOpThread one_thread;
   auto models = make_models();
-  std::vector<RegressionTask> tasks{RegressionTask(true), RegressionTask(true)};
+  std::vector<HookRegressionTask> tasks{HookRegressionTask(true), HookRegressionTask(true)};
   auto errors = run_ranks_collect(kWorld, [&](int rank, const Group& group) {
     auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
     auto controller =
@@ -372,7 +372,7 @@ TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on
     std::vector<std::vector<bool>> skipped(kWorld);
     std::vector<double> scale_after(kWorld);
     auto models = make_models();
-    std::vector<RegressionTask> tasks(kWorld);
+    std::vector<HookRegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
       DdpOptions options;
       options.comm_hook = hook;
@@ -396,7 +396,7 @@ TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on
 
   SECTION("without loss scaling, float16's overflow on the wire stops the run with what to do") {
     auto models = make_models();
-    std::vector<RegressionTask> tasks(kWorld);
+    std::vector<HookRegressionTask> tasks(kWorld);
     auto errors = run_ranks_collect(kWorld, [&](int rank, const Group& group) {
       DdpOptions options;
       options.comm_hook = CommHook::kFp16;

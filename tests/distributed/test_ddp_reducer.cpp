@@ -75,17 +75,17 @@ torch::nn::Sequential make_mlp(uint64_t seed) {
   return mlp;
 }
 
-struct Batch {
+struct ReducerBatch {
   torch::Tensor x, y;
 };
 
-Batch make_batch(uint64_t seed, int64_t size) {
+ReducerBatch reducer_batch(uint64_t seed, int64_t size) {
   torch::manual_seed(seed);
   auto options = torch::TensorOptions().dtype(torch::kFloat64);
   return {torch::randn({size, 5}, options), torch::randn({size, 3}, options)};
 }
 
-Batch concat(const std::vector<Batch>& batches) {
+ReducerBatch concat(const std::vector<ReducerBatch>& batches) {
   std::vector<torch::Tensor> xs, ys;
   for (const auto& b : batches) {
     xs.push_back(b.x);
@@ -94,10 +94,10 @@ Batch concat(const std::vector<Batch>& batches) {
   return {torch::cat(xs), torch::cat(ys)};
 }
 
-torch::Tensor summed_loss(torch::nn::Sequential& mlp, const Batch& b) { return (mlp->forward(b.x) - b.y).pow(2).sum(); }
+torch::Tensor summed_loss(torch::nn::Sequential& mlp, const ReducerBatch& b) { return (mlp->forward(b.x) - b.y).pow(2).sum(); }
 
 // Gradients of one process on the concatenation of `batches`, from the parameters of make_mlp(seed).
-std::vector<torch::Tensor> oracle_grads(uint64_t seed, const std::vector<Batch>& batches) {
+std::vector<torch::Tensor> oracle_grads(uint64_t seed, const std::vector<ReducerBatch>& batches) {
   auto mlp = make_mlp(seed);
   summed_loss(mlp, concat(batches)).backward();
   return grads_of(*mlp);
@@ -167,8 +167,8 @@ TEST_CASE("Bucket caps from below one parameter to above the model give the orac
   OneIntraOpThread one_thread;
   constexpr int kWorld = 3;
   const std::vector<int64_t> batch_sizes{1, 4, 7};  // unequal per-rank batches
-  std::vector<Batch> batches;
-  for (int r = 0; r < kWorld; ++r) batches.push_back(make_batch(500 + r, batch_sizes[r]));
+  std::vector<ReducerBatch> batches;
+  for (int r = 0; r < kWorld; ++r) batches.push_back(reducer_batch(500 + r, batch_sizes[r]));
   const auto oracle = oracle_grads(7, batches);
 
   for (double cap_mb : {1e-6, 0.0005, 0.002, 25.0, 100.0}) {
@@ -209,11 +209,11 @@ TEST_CASE("Gradient accumulation reduces once, at the last micro-batch, the sum 
   OneIntraOpThread one_thread;
   constexpr int kWorld = 3;
   constexpr int kCount = 3;
-  std::vector<std::vector<Batch>> micro(kWorld);  // [rank][micro-batch]
-  std::vector<Batch> all;
+  std::vector<std::vector<ReducerBatch>> micro(kWorld);  // [rank][micro-batch]
+  std::vector<ReducerBatch> all;
   for (int r = 0; r < kWorld; ++r) {
     for (int k = 0; k < kCount; ++k) {
-      micro[r].push_back(make_batch(900 + 10 * r + k, 1 + r + k));
+      micro[r].push_back(reducer_batch(900 + 10 * r + k, 1 + r + k));
       all.push_back(micro[r].back());
     }
   }

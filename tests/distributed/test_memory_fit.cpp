@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // The first 500 training images of the shipped Fashion-MNIST, written once per test process.
-const std::string& small_data() { return fashion_mnist_prefix(500, 100); }
+const std::string& memory_fit_data() { return fashion_mnist_prefix(500, 100); }
 
 // A --memory-budget in GB that hetseq-train reads back as exactly `bytes` (bytes / 2^30 is exact in a
 // double, and 17 significant digits print it exactly).
@@ -43,7 +43,7 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
   const std::vector<int> batches{7, 13, 29};
   std::vector<std::vector<std::string>> commands;
   for (size_t r = 0; r < budgets.size(); ++r) {
-    auto args = with(mnist_train_args(small_data(), dir + "/ck"),
+    auto args = with(mnist_train_args(memory_fit_data(), dir + "/ck"),
                      {"--max-update", "2", "--disable-validation", "--no-save-optimizer-state", "--max-sentences",
                       std::to_string(batches[r]), "--distributed-world-size", std::to_string(budgets.size()),
                       "--distributed-rank", std::to_string(r), "--distributed-init-method",

@@ -27,11 +27,11 @@ namespace {
 
 // The first 2000 training and 500 test images of the shipped Fashion-MNIST, written once per test process:
 // real data, without every rank of every run loading and normalising all 60000 images.
-const std::string& small_data() { return fashion_mnist_prefix(2000, 500); }
+const std::string& multiprocess_data() { return fashion_mnist_prefix(2000, 500); }
 
 // Flags shared by every run: MNIST without dropout, deterministic CPU work, no validation.
 std::vector<std::string> base_args(const std::string& save_dir, int updates) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", small_data(), "--cpu", "--dropout", "0,0", "--optimizer", "sgd",
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", multiprocess_data(), "--cpu", "--dropout", "0,0", "--optimizer", "sgd",
           "--lr", "0.05", "--momentum", "0.9", "--max-update", std::to_string(updates), "--disable-validation", "--num-workers", "0",
           "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--save-dir", save_dir,
           "--distributed-timeout", "60", "--seed", "5"};

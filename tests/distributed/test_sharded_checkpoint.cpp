@@ -36,7 +36,7 @@ using Catch::Contains;
 namespace {
 
 // The first 1500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
-const std::string& small_data() { return fashion_mnist_prefix(1500, 100); }
+const std::string& sharded_checkpoint_data() { return fashion_mnist_prefix(1500, 100); }
 
 // Rank r's command line of a run on `batches.size()` ranks (batch sizes `batches`, 49 samples per update in
 // all), Adam with weight decay and --clip-norm, checkpoints with the optimizer state in `dir`/ck, up to
@@ -49,7 +49,7 @@ std::vector<std::vector<std::string>> commands(const std::string& dir, const std
   static int run = 0;
   const std::string rendezvous = dir + "/rendezvous" + std::to_string(run++);
   for (size_t r = 0; r < batches.size(); ++r) {
-    auto args = with(mnist_train_args(small_data(), dir + "/ck"),
+    auto args = with(mnist_train_args(sharded_checkpoint_data(), dir + "/ck"),
                      {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update",
                       std::to_string(updates), "--disable-validation", "--max-sentences", std::to_string(batches[r]),
                       "--zero-sharding", sharding});

@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // The first 2500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
-const std::string& small_data() { return fashion_mnist_prefix(2500, 100); }
+const std::string& zero_sharding_data() { return fashion_mnist_prefix(2500, 100); }
 
 // 3 ranks with batches 7, 13, 29 and (under os) the given budgets in GB: Adam with weight decay and
 // --clip-norm (which clips at every update here) up to update `updates`, resuming from the checkpoint in
@@ -33,7 +33,7 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
   const std::vector<int> batches{7, 13, 29};
   std::vector<std::vector<std::string>> commands;
   for (size_t r = 0; r < batches.size(); ++r) {
-    auto args = with(mnist_train_args(small_data(), dir + "/ck"),
+    auto args = with(mnist_train_args(zero_sharding_data(), dir + "/ck"),
                      {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update",
                       std::to_string(updates), "--disable-validation", "--max-sentences", std::to_string(batches[r]),
                       "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
@@ -103,7 +103,7 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
           "line naming the flag",
           "[distributed][multiprocess][zero_shard]") {
   TempDir dir;
-  const auto base = with(mnist_train_args(small_data(), dir / "ck"),
+  const auto base = with(mnist_train_args(zero_sharding_data(), dir / "ck"),
                          {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--no-save"});
   const auto bad_mode = run_process(with(base, {"--zero-sharding", "os+grad"}), 60s);
   CHECK(bad_mode.exit_code != 0);
@@ -115,7 +115,7 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
   // The ranks must agree on --zero-sharding (a compared flag).
   std::vector<std::vector<std::string>> commands;
   for (int r = 0; r < 2; ++r) {
-    commands.push_back(with(mnist_train_args(small_data(), dir / "ck2"),
+    commands.push_back(with(mnist_train_args(zero_sharding_data(), dir / "ck2"),
                             {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--zero-sharding",
                              r == 0 ? "os" : "none", "--distributed-world-size", "2", "--distributed-rank",
                              std::to_string(r), "--distributed-init-method", "file://" + (dir / "rendezvous")}));

@@ -9,9 +9,11 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "support/error_message.h"
 #include "hetseq/optim.h"
 
 using hetseq::optim::Fixed;
+using hetseq::test::require_throws_naming;
 using hetseq::optim::FixedOptions;
 using hetseq::optim::InverseSqrt;
 using hetseq::optim::InverseSqrtOptions;
@@ -27,16 +29,6 @@ struct Fixture {
   torch::Tensor param = torch::zeros({2}, torch::kFloat64).requires_grad_(true);
   Sgd sgd{{param}, SgdOptions{/*lr=*/123.0}};
 };
-
-template <class E, class F>
-void require_throws_naming(F&& f, const std::string& text) {
-  try {
-    f();
-    FAIL("expected an exception naming " << text);
-  } catch (const E& e) {
-    CHECK_THAT(e.what(), Catch::Contains(text));
-  }
-}
 
 }  // namespace
 

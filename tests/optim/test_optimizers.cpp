@@ -11,9 +11,11 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "support/error_message.h"
 #include "hetseq/optim.h"
 
 using hetseq::optim::Adadelta;
+using hetseq::test::require_throws_naming;
 using hetseq::optim::AdadeltaOptions;
 using hetseq::optim::Adam;
 using hetseq::optim::AdamOptions;
@@ -35,16 +37,6 @@ void require_close(const torch::Tensor& actual, const Vec& expected) {
   REQUIRE(static_cast<size_t>(a.numel()) == expected.size());
   for (size_t k = 0; k < expected.size(); ++k) {
     CHECK(a[static_cast<int64_t>(k)].item<double>() == Approx(expected[k]).epsilon(1e-12).margin(1e-15));
-  }
-}
-
-template <class E, class F>
-void require_throws_naming(F&& f, const std::string& text) {
-  try {
-    f();
-    FAIL("expected an exception naming " << text);
-  } catch (const E& e) {
-    CHECK_THAT(e.what(), Catch::Contains(text));
   }
 }
 

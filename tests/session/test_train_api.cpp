@@ -20,9 +20,9 @@ namespace {
 
 const Metric kCorrect{"ncorrect"};
 
-class LineTask : public ModelTask<torch::nn::LinearImpl> {
+class ApiLineTask : public ModelTask<torch::nn::LinearImpl> {
  public:
-  explicit LineTask(int64_t points) : points_(points) {}
+  explicit ApiLineTask(int64_t points) : points_(points) {}
   std::shared_ptr<torch::nn::LinearImpl> make_model() override { return torch::nn::Linear(1, 2).ptr(); }
   std::shared_ptr<Dataset> load_dataset(const std::string& split) override {
     return std::make_shared<test::LineData>(split == "train" ? points_ : 20);
@@ -46,7 +46,7 @@ TaskSpec line_api_spec() {
   TaskSpec spec{"line_api", "which side of zero a point lies (tests/session/test_train_api.cpp)"};
   spec.flags = [](FlagSet& flags) { flags.add("points", "samples in the train split", "40", "N"); };
   spec.create = [](const FlagValues& args, const TaskContext&) {
-    return std::make_unique<LineTask>(args.integer("points"));
+    return std::make_unique<ApiLineTask>(args.integer("points"));
   };
   return spec;
 }
@@ -77,7 +77,7 @@ TEST_CASE("train(): a task of one's own, options in and a result out, no command
   // 40 samples in batches of 8: 5 updates an epoch; 12 updates stop inside epoch 3.
   const TrainResult result = train(line_options(dir.file("a"), 12), [](const TaskContext& context) {
     CHECK(context.device == torch::Device(torch::kCPU));
-    return std::make_unique<LineTask>(40);
+    return std::make_unique<ApiLineTask>(40);
   });
   CHECK(result.num_updates == 12);
   CHECK(result.last_epoch == 3);
@@ -88,7 +88,7 @@ TEST_CASE("train(): a task of one's own, options in and a result out, no command
   CHECK(result.train.at("num_updates") == 12);  // epoch 3, where the limit stopped it
   // An untrained 2-class model scores about 1 bit: the loss went down, and the points are told apart.
   const TrainResult one = train(line_options(dir.file("b"), 1), [](const TaskContext&) {
-    return std::make_unique<LineTask>(40);
+    return std::make_unique<ApiLineTask>(40);
   });
   CHECK(one.num_updates == 1);
   CHECK(one.last_epoch == 1);
@@ -99,7 +99,7 @@ TEST_CASE("train(): a task of one's own, options in and a result out, no command
 
   // The run saved checkpoint_last.pt: the same call again resumes at 12 updates, trains none, and says so.
   const TrainResult again = train(line_options(dir.file("a"), 12), [](const TaskContext&) {
-    return std::make_unique<LineTask>(40);
+    return std::make_unique<ApiLineTask>(40);
   });
   CHECK(again.num_updates == 12);
 }
@@ -121,7 +121,7 @@ TEST_CASE("train(): a registered task by name with its flags, and the errors tha
   TrainOptions unnamed = line_options(dir.file("b"), 1);
   unnamed.common.task = "";
   CHECK_THAT(test::error_of<UsageError>([&] { train(unnamed, [](const TaskContext&) {
-               return std::make_unique<LineTask>(8);
+               return std::make_unique<ApiLineTask>(8);
              }); }),
              Contains("TrainOptions::common.task is empty"));
 }

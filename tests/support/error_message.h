@@ -28,4 +28,15 @@ std::string input_error_of(F&& f) {
   return error_of<hetseq::InputError>(std::forward<F>(f));
 }
 
+/// Checks that `f` throws an `E` whose message contains `text`; fails the test when it throws nothing.
+template <typename E, typename F>
+void require_throws_naming(F&& f, const std::string& text) {
+  try {
+    f();
+    FAIL("expected an exception naming " << text);
+  } catch (const E& e) {
+    CHECK_THAT(e.what(), Catch::Contains(text));
+  }
+}
+
 }  // namespace hetseq::test

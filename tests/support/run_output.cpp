@@ -21,6 +21,12 @@ std::vector<nlohmann::json> json_lines(const std::string& out, const std::string
   return rows;
 }
 
+std::map<int64_t, double> losses_by_update(const std::string& out) {
+  std::map<int64_t, double> m;
+  for (const auto& row : json_lines(out, "train")) m[row["num_updates"].get<int64_t>()] = row["loss"].get<double>();
+  return m;
+}
+
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
   INFO(path);

@@ -3,6 +3,7 @@
 // --dump-sample-ids files, and the comparison of two checkpoints' training state.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,9 @@ namespace hetseq::test {
 
 /// The JSON lines of a run's stdout whose `tag` is `tag` (`train`, `valid`, `train_epoch`).
 std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag);
+
+/// The training loss of every logged update (`train` lines), by update number.
+std::map<int64_t, double> losses_by_update(const std::string& out);
 
 /// The JSON document in the file at `path` (a trace); a Catch failure when it cannot be read.
 nlohmann::json read_json_file(const std::string& path);

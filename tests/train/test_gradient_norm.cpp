@@ -39,7 +39,7 @@ struct TwoDtypeNet : torch::nn::Module {
 };
 
 /// Squared error summed over the batch; the sample size is the number of samples.
-class RegressionTask final : public hetseq::Task {
+class NormRegressionTask final : public hetseq::Task {
  public:
   std::shared_ptr<torch::nn::Module> build_model() override { throw hetseq::InternalError("not used"); }
   std::shared_ptr<hetseq::Dataset> load_dataset(const std::string&) override {
@@ -88,7 +88,7 @@ double per_tensor_update(TwoDtypeNet& model, const std::vector<Batch>& micro_bat
   model.zero_grad();
   double n = 0;
   for (const auto& b : micro_batches) {
-    RegressionTask::loss_of(model, b).backward();
+    NormRegressionTask::loss_of(model, b).backward();
     n += static_cast<double>(b.num_samples);
   }
   torch::NoGradGuard no_grad;
@@ -125,7 +125,7 @@ TEST_CASE("The gradient norm and clipping through foreach kernels are bit-equal 
   // 0: no clipping; 5: clips the first updates (gnorm about 10..20) and not the later ones.
   const double clip_norm = GENERATE(0.0, 5.0);
   INFO("--clip-norm " << clip_norm);
-  RegressionTask task;
+  NormRegressionTask task;
   auto model = std::make_shared<TwoDtypeNet>(11);
   TwoDtypeNet reference(11);
   REQUIRE(all_equal(*model, reference));
@@ -147,7 +147,7 @@ TEST_CASE("The gradient norm and clipping through foreach kernels are bit-equal 
 }
 
 TEST_CASE("A non-finite gradient norm without loss scaling stops the run with the reason", "[train][gnorm]") {
-  RegressionTask task;
+  NormRegressionTask task;
   auto model = std::make_shared<TwoDtypeNet>(12);
   auto controller = make_controller(task, model, 0);
   // Targets of 1e200 give the fp64 layer gradients of about 1e200, which overflow to inf when they reach the
