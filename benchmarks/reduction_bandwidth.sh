@@ -8,7 +8,8 @@
 # (100 MB, 16 tensors; several 25 MiB buckets), each on 2 ranks pinned to CPUs 0 and 1 and on 3 ranks
 # pinned to 0,0,1. Each case runs R times (default 3); each run reports medians over K steps (default
 # 30). Prints every run's JSON lines, then a table of the medians over runs: time, algbw, busbw, and
-# hetseq/raw (the reducer's bus bandwidth over the raw allreduce's).
+# hetseq/raw (the reducer's bus bandwidth over the raw allreduce's), and that ratio net of the local backward
+# pass (building the loss and writing the gradients, timed alone), which the reducer's span includes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=benchmarks/common.sh
@@ -62,10 +63,14 @@ done
 python3 - "$RESULTS" <<'PYEOF'
 import collections, json, statistics, sys
 rows = collections.defaultdict(list)
+local = collections.defaultdict(list)  # [(model, pins)] the local backward's ms, one per run
+model = None
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if r["side"] == "local_backward":
+    if r["side"] == "local_backward":  # printed after its run's two lines, without the model's name
+        local[(model, r["pins"])].append(r["median_ms"])
         continue
+    model = r["model"]
     rows[(r["model"], r["pins"], r["side"])].append(r)
 print(f"{'model':<10} {'pins':<6} {'side':<15} {'MB':>7} {'buckets':>7} {'ms':>8} {'algbw GB/s':>10} {'busbw GB/s':>10}")
 cases = sorted({(m, p) for m, p, _ in rows})
@@ -78,4 +83,11 @@ for m, p in cases:
         bus[side] = statistics.median(r["busbw_GBps"] for r in rs)
         print(f"{m:<10} {p:<6} {side:<15} {rs[0]['bytes'] / 1e6:7.1f} {rs[0]['buckets']:7d} {ms:8.2f} {alg:10.3f} {bus[side]:10.3f}")
     print(f"{m:<10} {p:<6} hetseq/raw busbw: {bus['hetseq_reducer'] / bus['raw_allreduce']:.2f}")
+    # The reducer's span includes building the loss and the backward pass that writes the gradients, which on
+    # one CPU per rank cannot overlap the allreduces; net of that work (timed alone, without communication):
+    if local[(m, p)]:
+        lb = statistics.median(local[(m, p)])
+        red = statistics.median(r["median_ms"] for r in rows[(m, p, "hetseq_reducer")])
+        raw = statistics.median(r["median_ms"] for r in rows[(m, p, "raw_allreduce")])
+        print(f"{m:<10} {p:<6} local backward {lb:.2f} ms; hetseq/raw busbw net of it: {raw / (red - lb):.2f}")
 PYEOF
