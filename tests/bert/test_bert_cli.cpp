@@ -23,11 +23,6 @@ namespace {
 
 const std::string kTinyConfig = source_dir() + "/configs/bert-tiny.json";
 
-ProcessResult train_bert(std::vector<std::string> args) {
-  args.insert(args.begin(), binary_path("hetseq-train"));
-  return run_process(args, std::chrono::seconds(300));
-}
-
 }  // namespace
 
 // That the loss falls is checked once, by the ctest `bert_trains_from_text` (300 updates on real text);
@@ -39,12 +34,12 @@ TEST_CASE("hetseq-train --task bert runs tiny BERT on 2 CPU workers with unequal
   write_shard(dir / "toy_train_1.hdf5", make_shard(24, 16, 4));  // 72 sequences: 3 updates of 24 an epoch
   // 24 test sequences: both ranks get some (with --fast-stat-sync every rank must report the same names).
   write_shard(dir / "toy_test_0.hdf5", make_shard(24, 16, 4));
-  const auto r = train_bert({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
-                        "--distributed-world-size", "2", "--distributed-gpus", "2", "--distributed-init-method",
-                        "tcp://127.0.0.1:0", "--max-sentences", "8,4", "--update-freq", "2", "--optimizer", "adam",
-                        "--lr", "0.002", "--warmup-updates", "2", "--total-num-update", "40", "--max-update", "6",
-                        "--weight-decay", "0.01", "--fast-stat-sync", "--valid-subset", "test", "--num-workers", "2",
-                        "--log-format", "json", "--log-interval", "4", "--save-dir", dir / "save"});
+  const auto r = run_hetseq_train(
+      {"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu", "--distributed-world-size", "2",
+       "--distributed-gpus", "2", "--distributed-init-method", "tcp://127.0.0.1:0", "--max-sentences", "8,4",
+       "--update-freq", "2", "--optimizer", "adam", "--lr", "0.002", "--warmup-updates", "2", "--total-num-update",
+       "40", "--max-update", "6", "--weight-decay", "0.01", "--fast-stat-sync", "--valid-subset", "test",
+       "--num-workers", "2", "--log-format", "json", "--log-interval", "4", "--save-dir", dir / "save"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const auto steps = json_lines(r.out, "train_epoch");
@@ -65,17 +60,18 @@ TEST_CASE("hetseq-train --task bert: a malformed shard is one line naming the fi
   shard.erase("masked_lm_ids");
   write_shard(dir / "toy_train_0.hdf5", shard);
   write_shard(dir / "toy_test_0.hdf5", make_shard(8, 16, 4));
-  const auto r = train_bert({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
-                        "--max-sentences", "4", "--max-update", "2", "--save-dir", dir / "save"});
+  const auto r = run_hetseq_train({"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                                   "--max-sentences", "4", "--max-update", "2", "--save-dir", dir / "save"});
   CHECK(r.exit_code == hetseq::kExitInput);
   CHECK_THAT(r.err, Catch::Contains("toy_train_0.hdf5") && Catch::Contains("'masked_lm_ids' is missing"));
-  const auto missing_config = train_bert({"--task", "bert", "--data", dir.path(), "--max-sentences", "4"});
+  const auto missing_config = run_hetseq_train({"--task", "bert", "--data", dir.path(), "--max-sentences", "4"});
   CHECK(missing_config.exit_code == 2);
   CHECK_THAT(missing_config.err, Catch::Contains("--config_file"));
   TempDir good;
   write_shard(good / "toy_train_0.hdf5", make_shard(8, 16, 4));
-  const auto no_split = train_bert({"--task", "bert", "--data", good.path(), "--config_file", kTinyConfig, "--cpu",
-                               "--max-sentences", "4", "--valid-subset", "valid", "--save-dir", dir / "save"});
+  const auto no_split =
+      run_hetseq_train({"--task", "bert", "--data", good.path(), "--config_file", kTinyConfig, "--cpu",
+                        "--max-sentences", "4", "--valid-subset", "valid", "--save-dir", dir / "save"});
   CHECK(no_split.exit_code == hetseq::kExitInput);
   CHECK_THAT(no_split.err, Catch::Contains("'valid'") && Catch::Contains("--valid-subset"));
 }
@@ -100,17 +96,17 @@ TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights and r
     args.push_back(path);
     return args;
   };
-  const auto ok = train_bert(with(dir / "hf"));
+  const auto ok = run_hetseq_train(with(dir / "hf"));
   INFO(ok.err);
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.err, Catch::Contains("--init-from") && Catch::Contains("5 tensors loaded"));
 
   weights["embeddings.position_embeddings.weight"] = torch::zeros({128, 128});
   write_safetensors(dir / "hf/model.safetensors", weights);
-  const auto bad = train_bert(with(dir / "hf"));
+  const auto bad = run_hetseq_train(with(dir / "hf"));
   CHECK(bad.exit_code == hetseq::kExitInput);
   CHECK_THAT(bad.err, Catch::Contains("model.safetensors") && Catch::Contains("embeddings.position_embeddings.weight"));
-  const auto missing = train_bert(with(dir / "nowhere"));
+  const auto missing = run_hetseq_train(with(dir / "nowhere"));
   CHECK(missing.exit_code == hetseq::kExitInput);
   CHECK_THAT(missing.err, Catch::Contains("--init-from") && Catch::Contains("nowhere"));
 }

@@ -17,11 +17,6 @@ namespace {
 
 const std::string kData = fashion_mnist_dir();
 
-ProcessResult train(std::vector<std::string> args) {
-  args.insert(args.begin(), binary_path("hetseq-train"));
-  return run_process(args, std::chrono::seconds(300));
-}
-
 std::vector<nlohmann::json> all_json_lines(const std::string& out) {
   std::vector<nlohmann::json> lines;
   std::istringstream in(out);
@@ -68,7 +63,7 @@ TEST_CASE("malformed flags and invalid combinations exit 2 with one clear line",
   };
   for (const auto& c : cases) {
     INFO(fmt::format("{}", fmt::join(c.args, " ")));
-    const auto r = train(c.args);
+    const auto r = run_hetseq_train(c.args);
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(c.message));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
@@ -76,7 +71,7 @@ TEST_CASE("malformed flags and invalid combinations exit 2 with one clear line",
 }
 
 TEST_CASE("hetseq-train --help lists HetSeq's flag groups and exits 0", "[cli]") {
-  const auto r = train({"--help"});
+  const auto r = run_hetseq_train({"--help"});
   CHECK(r.exit_code == 0);
   for (const char* s : {"--max-sentences", "--update-freq", "--adam-betas", "--lr_scheduler", "--save-dir",
                         "Dataset and data loading", "Optimization", "Checkpointing", "--dropout"}) {
@@ -88,7 +83,8 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
   TempDir dir;
   const std::string save = dir / "save";
   SECTION("missing data directory") {
-    const auto r = train({"--task", "mnist", "--data", dir / "nowhere", "--max-sentences", "64", "--save-dir", save});
+    const auto r =
+        run_hetseq_train({"--task", "mnist", "--data", dir / "nowhere", "--max-sentences", "64", "--save-dir", save});
     CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("nowhere"));
     CHECK(!fs::exists(fs::path(save) / "checkpoint_last.pt"));
@@ -100,7 +96,7 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
       fs::copy_file(fs::path(kData) / f, fs::path(data) / f);
     }
     std::ofstream(fs::path(data) / "train-images-idx3-ubyte") << "this is not an IDX file at all";
-    const auto r = train({"--task", "mnist", "--data", data, "--max-sentences", "64", "--save-dir", save});
+    const auto r = run_hetseq_train({"--task", "mnist", "--data", data, "--max-sentences", "64", "--save-dir", save});
     CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("train-images-idx3-ubyte"));
     CHECK(!fs::exists(fs::path(save) / "checkpoint_last.pt"));
@@ -108,7 +104,7 @@ TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]"
   SECTION("unwritable --save-dir") {
     const std::string file = dir / "a-file";
     std::ofstream(file) << "x";
-    const auto r = train({"--task", "mnist", "--max-sentences", "64", "--save-dir", file + "/sub"});
+    const auto r = run_hetseq_train({"--task", "mnist", "--max-sentences", "64", "--save-dir", file + "/sub"});
     CHECK(r.exit_code == hetseq::kExitInput);
     CHECK_THAT(r.err, Catch::Contains("--save-dir") && Catch::Contains("a-file"));
   }
@@ -120,9 +116,10 @@ TEST_CASE("a short run trains, validates, logs JSON and saves a model that hetse
   // whose time goes into the plumbing under test rather than into loading 60k images and evaluating 10k.
   fs::create_directories(dir / "data");
   write_mnist_prefix(kData, dir / "data", 2000, 1000);
-  const auto r = train({"--task", "mnist", "--data", dir / "data", "--max-sentences", "32", "--optimizer", "adam", "--lr", "0.001",
-                        "--max-update", "40", "--log-format", "json", "--log-interval", "10", "--save-dir",
-                        dir / "save", "--num-workers", "2", "--max-sentences-valid", "500"});
+  const auto r = run_hetseq_train({"--task", "mnist", "--data", dir / "data", "--max-sentences", "32", "--optimizer",
+                                   "adam", "--lr", "0.001", "--max-update", "40", "--log-format", "json",
+                                   "--log-interval", "10", "--save-dir", dir / "save", "--num-workers", "2",
+                                   "--max-sentences-valid", "500"});
   REQUIRE(r.exit_code == 0);
   const auto lines = all_json_lines(r.out);
   std::vector<nlohmann::json> train_lines, valid_lines, epoch_lines;

@@ -132,6 +132,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::sec
   return run_processes({argv}, deadline, {env}, deadline).front();
 }
 
+ProcessResult run_hetseq_train(std::vector<std::string> args) {
+  args.insert(args.begin(), binary_path("hetseq-train"));
+  return run_process(args, std::chrono::seconds(300));
+}
+
 Process::Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   Child c = spawn(argv, env, dir_.path(), 0);
   pid_ = c.pid;

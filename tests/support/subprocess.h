@@ -23,6 +23,9 @@ struct ProcessResult {
 ProcessResult run_process(const std::vector<std::string>& argv, std::chrono::seconds deadline,
                           const std::map<std::string, std::string>& env = {});
 
+/// This build's hetseq-train with `args`, run as run_process does within 300 s.
+ProcessResult run_hetseq_train(std::vector<std::string> args);
+
 /// Several processes started together and waited for with one deadline; once one fails (a non-zero
 /// exit or a signal), the others get `grace` to finish (to report the failure of their own that a
 /// test may expect) before they are killed and marked timed out, so that a failing multi-rank test
