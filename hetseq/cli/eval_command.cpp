@@ -37,7 +37,7 @@ int evaluate(int argc, const char* const argv[]) {
   }
   const CommonOptions common = read_common(args);
   const MixedPrecisionOptions precision = read_precision(args);
-  if (common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(common.intra_op_threads));
+  apply_to_process(common);
   const int64_t batch_size = flag_integer(args, "max-sentences");
   if (batch_size <= 0) throw UsageError("--max-sentences must be positive");
   ValidatorOptions vopts;

@@ -42,7 +42,7 @@ int train(int argc, const char* const argv[]) {
   World world(o.distributed.world);
   log::set_rank(world.rank());
   log::enable_all_ranks(o.distributed.log_all_ranks);
-  if (o.common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(o.common.intra_op_threads));
+  apply_to_process(o.common);
   TrainSession session(o, compared_flags(parser, args), flag_values(args), world);
   stop_request::install();  // from here on a signal is a clean stop: Note [Clean stops]
   session.run();

@@ -109,7 +109,9 @@ void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>
       ("log-interval", "log statistics every N updates", text_flag(d, "log-interval", "100"))
       ("log-format", "how statistics are printed: none, simple, json", text_flag(d, "log-format", "simple"))
       ("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
-       text_flag(d, "intra-op-threads", "0"));
+       text_flag(d, "intra-op-threads", "0"))
+      ("deterministic", "on a GPU, deterministic cuDNN and cuBLAS kernels, so that a run and its resume are "
+       "bit-equal there (slower)", switch_flag());
 }
 
 void add_precision_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
@@ -381,6 +383,7 @@ CommonOptions read_common(const cxxopts::ParseResult& args) {
   c.log_interval = positive(args, "log-interval");
   c.log_format = parse_log_format(str(args, "log-format"));
   c.intra_op_threads = non_negative(args, "intra-op-threads");
+  c.deterministic = flag(args, "deterministic");
   return c;
 }
 

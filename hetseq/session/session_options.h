@@ -28,7 +28,15 @@ struct CommonOptions {
   int64_t log_interval = 100;
   LogFormat log_format = LogFormat::kSimple;
   int64_t intra_op_threads = 0;  // 0: LibTorch's default
+  /// --deterministic: deterministic cuDNN convolution algorithms (no autotuning) and cuBLAS workspaces of a
+  /// fixed size, so that two runs on the same GPU, or a run and its resume, end bit-equal. Costs speed; no
+  /// effect on the CPU, whose kernels already are. See Note [Deterministic GPU kernels] (session/train.cpp).
+  bool deterministic = false;
 };
+
+/// What CommonOptions sets for the whole process: LibTorch's intra-op threads and --deterministic. Call
+/// before the first CUDA operation (cuBLAS reads its workspace setting when it starts); train() does.
+void apply_to_process(const CommonOptions& common);
 
 struct DatasetOptions {
   int64_t num_workers = 1;

@@ -1,5 +1,6 @@
 #include "hetseq/session/train.h"
 
+#include <cstdlib>
 #include <set>
 #include <utility>
 
@@ -116,6 +117,33 @@ class ResultObserver final : public TrainingObserver {
   std::string subset_;
 };
 
+}  // namespace
+
+// Note [Deterministic GPU kernels]
+// On the CPU, LibTorch's kernels give the same bits for the same inputs and thread count, which is what
+// bit-exact resume rests on. On a GPU two things break that, seen on an H100 with MNISTNet (two
+// uninterrupted runs of 7 updates ended with different conv weights):
+// - cuDNN picks a convolution algorithm by heuristics (or by timing, with benchmark mode), and several of
+//   the backward algorithms sum with atomics in whatever order the blocks finish;
+// - cuBLAS may split a product over a workspace whose size, and so whose summation order, depends on what
+//   else the stream is doing, unless CUBLAS_WORKSPACE_CONFIG fixes it (:4096:8, NVIDIA's documented value).
+// --deterministic asks cuDNN for deterministic algorithms only, turns its benchmark mode off and fixes the
+// cuBLAS workspace before cuBLAS starts (an explicit CUBLAS_WORKSPACE_CONFIG in the environment is kept).
+// It does not make LibTorch refuse its other nondeterministic kernels (scatter-add and index-add with
+// atomics): MNIST and BERT training use none whose result depends on the order (max-pooling's backward
+// adds once per input element for non-overlapping windows). Costs some speed; off by default, as in
+// PyTorch.
+void apply_to_process(const CommonOptions& common) {
+  if (common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(common.intra_op_threads));
+  if (common.deterministic) {
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicCuDNN(true);
+  }
+}
+
+namespace {
+
 TrainResult run_session(const TrainOptions& options, const std::function<TrainResult(const TrainOptions&, World&)>& body) {
   if (options.common.task.empty()) {
     throw UsageError("TrainOptions::common.task is empty; name the task (a registered TaskSpec, or the name that "
@@ -126,7 +154,7 @@ TrainResult run_session(const TrainOptions& options, const std::function<TrainRe
   World world(o.distributed.world);
   log::set_rank(world.rank());
   log::enable_all_ranks(o.distributed.log_all_ranks);
-  if (o.common.intra_op_threads > 0) torch::set_num_threads(static_cast<int>(o.common.intra_op_threads));
+  apply_to_process(o.common);
   TrainResult result = body(o, world);
   world.finish();
   return result;

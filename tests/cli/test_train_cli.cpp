@@ -79,7 +79,7 @@ TEST_CASE("hetseq-train --help lists HetSeq's flag groups and exits 0", "[cli]")
   }
 }
 
-TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli]") {
+TEST_CASE("bad input names the path, exits non-zero and writes nothing", "[cli][installed-data]") {
   TempDir dir;
   const std::string save = dir / "save";
   SECTION("missing data directory") {

@@ -19,7 +19,7 @@ int count_of(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("A node started with only --distributed-gpus 2 --cpu trains one model on a world of 2 ranks", "[cli][world]") {
+TEST_CASE("A node started with only --distributed-gpus 2 --cpu trains one model on a world of 2 ranks", "[cli][world][installed-data]") {
   TempDir dir;
   const auto r = run_process({binary_path("hetseq-train"), "--task", "mnist", "--cpu", "--distributed-gpus", "2",
                               "--max-sentences", "32", "--max-update", "3", "--disable-validation", "--log-format",
@@ -36,7 +36,7 @@ TEST_CASE("A node started with only --distributed-gpus 2 --cpu trains one model 
   CHECK(count_of(r.err, "[checkpoint] saved checkpoint_last.pt") == 1);
 }
 
-TEST_CASE("ranks that differ in a compared flag or in their data stop at start and the error names it", "[cli][world]") {
+TEST_CASE("ranks that differ in a compared flag or in their data stop at start and the error names it", "[cli][world][installed-data]") {
   struct Case {
     std::string name;
     std::vector<std::string> rank1;  // extra flags of rank 1

@@ -374,7 +374,7 @@ TEST_CASE("the mnist loss is the summed NLL, with ncorrect and accuracy", "[mnis
   CHECK(model->named_parameters()["fc2.bias"].grad().abs().sum().item<double>() > 0);
 }
 
-TEST_CASE("the installed Fashion-MNIST loads as 60000 train and 10000 test samples, normalised", "[mnist][task]") {
+TEST_CASE("the installed Fashion-MNIST loads as 60000 train and 10000 test samples, normalised", "[mnist][task][installed-data]") {
   auto task = make_task({});  // --data defaults to the installed Fashion-MNIST
   CHECK(as_mnist(*task).options().data_dir == kFashionMnist);
   const auto train = task->load_dataset("train");

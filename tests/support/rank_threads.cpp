@@ -47,12 +47,10 @@ void first_collective(const Group& group, int world, Counter& started, std::chro
   }
 }
 
-}  // namespace
-
-OneIntraOpThread::OneIntraOpThread() : previous_(torch::get_num_threads()) { torch::set_num_threads(1); }
-OneIntraOpThread::~OneIntraOpThread() { torch::set_num_threads(previous_); }
-
-std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body, std::chrono::milliseconds timeout) {
+// Each rank's exception, [rank], and the ranks that threw in the order they did (the first is usually the
+// cause; the others then fail in their collectives with the first one's peer gone).
+std::vector<std::exception_ptr> collect(int world, const RankBody& body, std::chrono::milliseconds timeout,
+                                        std::vector<int>& order) {
   // Gloo writes to its peers' sockets with writev, so a write to a peer that has closed its group
   // raises SIGPIPE, which kills the process silently (exit 141) instead of failing the collective.
   // Python ignores SIGPIPE at startup, which is why PyTorch users never see this; a C++ program must
@@ -74,6 +72,8 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
         body(r, group);
       } catch (...) {
         errors[r] = std::current_exception();
+        std::lock_guard<std::mutex> lock(finished->mutex);
+        order.push_back(r);
       }
       std::lock_guard<std::mutex> lock(finished->mutex);
       ++finished->count;
@@ -92,10 +92,25 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
   return errors;
 }
 
+}  // namespace
+
+OneIntraOpThread::OneIntraOpThread() : previous_(torch::get_num_threads()) { torch::set_num_threads(1); }
+OneIntraOpThread::~OneIntraOpThread() { torch::set_num_threads(previous_); }
+
+std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body, std::chrono::milliseconds timeout) {
+  std::vector<int> order;
+  return collect(world, body, timeout, order);
+}
+
 void run_ranks(int world, const RankBody& body) {
-  for (const auto& e : run_ranks_collect(world, body)) {
-    if (e) std::rethrow_exception(e);
+  std::vector<int> order;
+  const auto errors = collect(world, body, std::chrono::seconds(10), order);
+  if (order.empty()) return;
+  for (size_t i = 1; i < order.size(); ++i) {
+    std::fprintf(stderr, "[rank threads] rank %d failed after rank %d: %s\n", order[i], order.front(),
+                 message_of(errors[static_cast<size_t>(order[i])]).c_str());
   }
+  std::rethrow_exception(errors[static_cast<size_t>(order.front())]);
 }
 
 std::string message_of(const std::exception_ptr& e) {

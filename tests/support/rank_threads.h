@@ -35,7 +35,8 @@ class OneIntraOpThread {
 std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& body,
                                                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-/// As run_ranks_collect, rethrowing the first rank's exception in the calling thread.
+/// As run_ranks_collect, rethrowing in the calling thread the exception of the rank that failed first (the
+/// cause, as a rule), with the other ranks' messages on stderr.
 void run_ranks(int world, const RankBody& body);
 
 /// The what() of an exception.
