@@ -210,6 +210,9 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
        "do not fit stops before training, naming the bytes", optional_flag(d, "memory-budget"))
       ("ddp-comm-hook", "how gradient buckets travel: none (float32, exact), fp16 or bf16 (half the bytes, "
        "rounded to the format), powersgd (low-rank, --powersgd-rank)", text_flag(d, "ddp-comm-hook", "none"))
+      ("shared-memory-reduce", "auto, on or off: ranks of one machine sum their CPU gradient buckets through "
+       "shared memory instead of the process group's loopback TCP (auto: when every rank runs on this machine, "
+       "with --ddp-comm-hook none and room in /dev/shm)", text_flag(d, "shared-memory-reduce", "auto"))
       ("powersgd-rank", "rank of PowerSGD's approximation of each gradient matrix", text_flag(d, "powersgd-rank", "1"))
       ("powersgd-start-update", "updates reduced uncompressed before PowerSGD starts (warm-up)",
        text_flag(d, "powersgd-start-update", "100"))
@@ -501,6 +504,7 @@ DistributedOptions read_distributed(const cxxopts::ParseResult& args) {
   g.ddp.comm_hook = parse_comm_hook(str(args, "ddp-comm-hook"));
   g.ddp.powersgd.rank = positive(args, "powersgd-rank");
   g.ddp.powersgd.start_update = non_negative(args, "powersgd-start-update");
+  g.ddp.shared_memory = parse_shared_memory_reduce(str(args, "shared-memory-reduce"));
   check_ddp_options(g.ddp);
   g.log_all_ranks = flag(args, "log-all-ranks");
   return g;

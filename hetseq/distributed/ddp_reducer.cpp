@@ -207,15 +207,18 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
   BucketCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, CommHook kind, std::shared_ptr<detail::CommClock> clock,
-                 std::function<double()> sample_size, std::shared_ptr<PowerSgd> powersgd)
+                 std::function<double()> sample_size, std::shared_ptr<PowerSgd> powersgd,
+                 std::shared_ptr<SharedMemoryReduce> shm)
       : c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>>(std::move(group)),
         kind_(kind),
         clock_(std::move(clock)),
         sample_size_(std::move(sample_size)),
-        powersgd_(std::move(powersgd)) {}
+        powersgd_(std::move(powersgd)),
+        shm_(std::move(shm)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     at::Tensor buffer = bucket.getBufferRef();
+    if (shm_) return reduce_in_shared_memory(buffer, static_cast<int>(bucket.getIndex()));
     const bool cast = kind_ == CommHook::kFp16 || kind_ == CommHook::kBf16;
     double scale = 1;  // S, see Note [Comm hooks]
     std::vector<at::Tensor> tensors{buffer};
@@ -265,10 +268,35 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
   }
 
  private:
+  // Note [Shared-memory reduction]: on the SharedMemoryReduce's thread while backward goes on, as the process
+  // group's allreduce would be; a PeerError there comes out of backward() when the Reducer waits.
+  c10::intrusive_ptr<c10::ivalue::Future> reduce_in_shared_memory(const at::Tensor& buffer, int index) {
+    const int64_t bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    clock_->on_launch(bytes);
+    const auto start = detail::CommClock::Clock::now();
+    std::shared_ptr<Tracer> tracer = clock_->current_tracer();
+    auto future = shm_->allreduce_sum_async(buffer, index);
+    return future->then(
+        [clock = clock_, index, bytes, start, tracer](c10::ivalue::Future& done) -> c10::IValue {
+          clock->on_done(start);
+          if (done.hasError()) std::rethrow_exception(done.exception_ptr());
+          if (tracer) {
+            try {
+              tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
+            } catch (const std::exception& e) {
+              log::warn("[trace] bucket {} not traced: {}", index, e.what());
+            }
+          }
+          return done.value();
+        },
+        future->elementType());
+  }
+
   CommHook kind_;
   std::shared_ptr<detail::CommClock> clock_;
   std::function<double()> sample_size_;
-  std::shared_ptr<PowerSgd> powersgd_;  // kPowerSgd only
+  std::shared_ptr<PowerSgd> powersgd_;         // kPowerSgd only
+  std::shared_ptr<SharedMemoryReduce> shm_;    // --shared-memory-reduce only
 };
 
 }  // namespace
@@ -339,6 +367,45 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     }
   }
   num_buckets_ = static_cast<int64_t>(buckets.size());
+  // --shared-memory-reduce (Note [Shared-memory reduction]): whether it can is the same on every rank (one
+  // model, one comm hook, all devices CPU or the flag is an error), so the collectives below run on all or none.
+  const bool all_cpu = std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
+  const auto shm_mode = options_.shared_memory;
+  if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu) {
+    throw UsageError(fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
+                                 "use auto or off",
+                                 rank_, params_.front().device().str()));
+  }
+  const bool try_shm = shm_mode == SharedMemoryReduceMode::kOn ||
+                       (shm_mode == SharedMemoryReduceMode::kAuto && options_.comm_hook == CommHook::kNone);
+  if (try_shm) {
+    // Slots hold the largest bucket there can be: one of these, or a rebuilt one (at most the cap plus the
+    // tensor that crossed it), never more than all parameters.
+    size_t total = 0, largest = 0, largest_bucket = 0;
+    for (const auto& p : params_) {
+      const size_t b = static_cast<size_t>(p.numel()) * p.element_size();
+      total += b;
+      largest = std::max(largest, b);
+    }
+    for (const auto& bucket : buckets) {
+      size_t b = 0;
+      for (auto i : bucket) b += static_cast<size_t>(params_[static_cast<size_t>(i)].numel()) * params_[static_cast<size_t>(i)].element_size();
+      largest_bucket = std::max(largest_bucket, b);
+    }
+    const size_t bound = std::min(total, std::max(largest_bucket, static_cast<size_t>(cap_bytes) + largest));
+    if (shm_mode == SharedMemoryReduceMode::kOn) {
+      shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout);
+    } else {
+      std::string why;
+      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why);
+      if (!shm_) log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
+    }
+    if (shm_ && rank_ == 0) {
+      log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
+                "(--shared-memory-reduce; {} bytes a slot)",
+                world_size_, shm_->max_bytes());
+    }
+  }
 
   reducer_ = std::make_shared<c10d::Reducer>(params_, std::move(buckets), group_, dense, cap_bytes,
                                              options_.find_unused_parameters,
@@ -361,9 +428,10 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // The hook runs only inside backward, while this reducer exists; samples_ is set for that backward.
   reducer_->register_comm_hook(std::make_unique<BucketCommHook>(
       group_, options_.comm_hook, clock_, [this] { return samples_ ? samples_() : 1.0; },
-      powersgd_));
-  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}, {}",
+      powersgd_, shm_));
+  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}{}, {}",
              rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
+             shm_ ? fmt::format(" through shared memory (slots of {} bytes)", shm_->max_bytes()) : "",
              options_.find_unused_parameters ? "finding unused parameters" : "every parameter used");
 }
 

@@ -11,6 +11,7 @@
 #include "hetseq/distributed/comm_hook.h"
 #include "hetseq/distributed/ddp_options.h"
 #include "hetseq/distributed/powersgd.h"
+#include "hetseq/distributed/shm_reduce.h"
 #include "hetseq/distributed/gradient_reducer.h"
 
 namespace c10d {
@@ -81,6 +82,7 @@ class DistributedReducer final : public GradientReducer {
   std::vector<std::string> param_names_;       // [param] qualified names
   std::vector<torch::Tensor> buffers_;         // [buffer] the model's buffers, once each (broadcast_buffers)
   std::shared_ptr<PowerSgd> powersgd_;          // --ddp-comm-hook powersgd; shared with the comm hook
+  std::shared_ptr<SharedMemoryReduce> shm_;     // --shared-memory-reduce; shared with the comm hook
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;        // the Reducer's error reports and bucket statistics
   std::shared_ptr<detail::CommClock> clock_;    // written by the comm hook

@@ -257,6 +257,7 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   channel_ = std::make_shared<GroupChannel>(world_.group(), world_.device(), o_.distributed.fast_stat_sync);
   DdpOptions ddp = o_.distributed.ddp;
   ddp.powersgd.seed = o_.common.seed;
+  ddp.shared_memory_timeout = o_.distributed.world.timeout;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);

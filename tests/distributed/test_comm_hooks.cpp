@@ -245,7 +245,7 @@ TEST_CASE("Statistics travel during backward: exactly the sums of a separate syn
     auto models = make_models();
     std::vector<HookRegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
+      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, hetseq::test::ddp_over_group());
       auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
       auto controller = make_controller(tasks[rank], models[rank], reducer, channel);
       for (int u = 0; u < 3; ++u) {
@@ -293,7 +293,7 @@ TEST_CASE("In the steady state an update waits for no statistics collective afte
     auto models = make_models();
     std::vector<HookRegressionTask> tasks(kWorld);
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, DdpOptions{});
+      auto reducer = std::make_shared<DistributedReducer>(*models[rank], group, hetseq::test::ddp_over_group());
       auto channel = std::make_shared<GroupChannel>(group, torch::kCPU, fast);
       auto controller = make_controller(tasks[rank], models[rank], reducer, channel);
       for (int u = 0; u < 5; ++u) {
@@ -323,7 +323,7 @@ TEST_CASE("In the steady state an update waits for no statistics collective afte
     std::vector<torch::nn::Linear> models;
     for (int r = 0; r < kWorld; ++r) models.emplace_back(torch::nn::Linear(2, 2));
     run_ranks(kWorld, [&](int rank, const Group& group) {
-      DistributedReducer reducer(*models[rank], group, DdpOptions{});
+      DistributedReducer reducer(*models[rank], group, hetseq::test::ddp_over_group());
       for (int u = 0; u < 3; ++u) {
         const auto asked = collectives_during(group, [&] {
           const torch::Tensor loss = models[rank]->forward(torch::ones({1, 2})).sum();

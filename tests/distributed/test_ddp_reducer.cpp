@@ -511,7 +511,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
         kWorld,
         [&](int rank, const Group& group) {
           kept[rank] = group;
-          reducers[rank] = std::make_unique<DistributedReducer>(*models[rank], group, DdpOptions{});
+          reducers[rank] = std::make_unique<DistributedReducer>(*models[rank], group, hetseq::test::ddp_over_group());
           if (rank == kSilent) return;
           torch::Tensor loss = models[rank]->forward(torch::ones({1, 4})).sum();
           reducers[rank]->before_backward(0, 1, loss);
@@ -528,7 +528,7 @@ TEST_CASE("A peer that never reaches the collective gives an exception within th
     auto errors = run_ranks_collect(
         kWorld,
         [&](int rank, const Group& group) {
-          DistributedReducer reducer(*models[rank], group, DdpOptions{});
+          DistributedReducer reducer(*models[rank], group, hetseq::test::ddp_over_group());
           if (rank == kSilent) return;  // the reducer and the group close here
           torch::Tensor loss = models[rank]->forward(torch::ones({1, 4})).sum();
           reducer.before_backward(0, 1, loss);

@@ -11,6 +11,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "hetseq/distributed/ddp_options.h"
+
 namespace hetseq::test {
 
 using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
@@ -38,6 +40,15 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
 /// As run_ranks_collect, rethrowing in the calling thread the exception of the rank that failed first (the
 /// cause, as a rule), with the other ranks' messages on stderr.
 void run_ranks(int world, const RankBody& body);
+
+/// DdpOptions whose gradient buckets go through the process group, never through shared memory (ranks as
+/// threads are on one machine, where --shared-memory-reduce auto would take it): for the tests that count the
+/// group's collectives or break them.
+inline hetseq::DdpOptions ddp_over_group() {
+  hetseq::DdpOptions options;
+  options.shared_memory = hetseq::SharedMemoryReduceMode::kOff;
+  return options;
+}
 
 /// The what() of an exception.
 std::string message_of(const std::exception_ptr& e);

@@ -1,0 +1,333 @@
+#include "hetseq/distributed/shm_reduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+
+namespace hetseq {
+
+// Note [Shared-memory reduction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Gloo sends every byte of a CPU allreduce through its TCP transport, also between two ranks of one machine:
+// loopback copies into and out of socket buffers in the kernel, chunk by chunk, with a wake-up for each. On
+// the 2-CPU machine that is about 8 ms of kernel time per update of MNISTNet (4.8 MB of gradients) on the CPU
+// that two ranks share, out of about 75 (docs/BENCHMARKS.md). With --shared-memory-reduce the ranks of one
+// machine sum their buckets through a segment of shared memory (a /dev/shm file, mapped by every rank)
+// instead; statistics, votes and everything else still use the process group.
+//
+// The segment has a header (a barrier) and two halves used by alternate reductions, each with one slot of
+// max_bytes per rank. One reduction of n bytes:
+//   1. each rank copies its bucket into its slot of the half;
+//   2. barrier;
+//   3. rank r adds chunk r (about n / W bytes, cut at 64-byte boundaries) of every slot, in rank order
+//      ((s0 + s1) + s2 ...), into slot 0's chunk r: in this phase only rank r touches chunk r of any slot;
+//   4. barrier;
+//   5. each rank copies slot 0 into its bucket.
+// Every rank gets the same bits, and the same as in any other run, since each chunk is added once, in rank
+// order, whatever the timing. The next reduction uses the other half; the one after it comes back to this
+// half only after its own step 2, which no rank passes before every rank has finished step 5 here. So two
+// barriers a reduction suffice.
+//
+// The barrier is a count and a generation word in the header: the last rank to arrive resets the count,
+// bumps the generation and wakes the others, who wait on the generation word with a futex (shared between
+// processes), after a short spin. A rank that waits longer than the process group's timeout throws a
+// PeerError naming the ranks that did not arrive (each rank's own count of arrivals is in the header), so a
+// dead peer is an error, not a hang. The sums go through the bucket's own dtype (float32 for the default
+// hook), with LibTorch's add on views of the slots.
+
+constexpr int kMaxRanks = 160;  // what one page of header holds
+
+struct SharedMemoryReduce::Header {
+  alignas(64) std::atomic<uint32_t> count;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<uint64_t> arrivals[kMaxRanks];  // [rank] barriers reached
+  std::atomic<int64_t> pids[kMaxRanks];                   // [rank] process id
+  std::atomic<uint64_t> pid_namespaces[kMaxRanks];        // [rank] inode of its pid namespace
+};
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kHeaderBytes = kPage;
+constexpr int kMaxWorld = kMaxRanks;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// This machine: its host name, boot id and network namespace. Two containers with one host name are not one
+// machine, and ranks in different network namespaces stand for different nodes (as tests/distributed's two
+// nodes do), so they talk over the network.
+// Whether process `pid` (of this pid namespace) still runs: not gone, not a zombie (a killed rank stays one
+// until whoever started it reaps it).
+bool process_alive(int64_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  const char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+int64_t machine_id() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char netns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
+  if (n > 0) netns[n] = 0;
+  return static_cast<int64_t>(std::hash<std::string>{}(std::string(host) + "/" + boot + "/" + netns) &
+                              0x7fffffffffffffffULL);
+}
+
+}  // namespace
+
+SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout)
+    : SharedMemoryReduce(group, max_bytes, timeout, true, nullptr) {}
+
+std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::ProcessGroup& group, size_t max_bytes,
+                                                                   std::chrono::milliseconds timeout, bool eligible,
+                                                                   std::string* why) {
+  std::string reason;
+  std::shared_ptr<SharedMemoryReduce> shm(new SharedMemoryReduce(group, max_bytes, timeout, eligible, &reason));
+  if (!reason.empty()) {
+    if (why) *why = reason;
+    return nullptr;
+  }
+  return shm;
+}
+
+// `why` null: what stops it is a UsageError; otherwise it is written there and the object is left unmapped.
+SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout,
+                                       bool eligible, std::string* why)
+    : rank_(group.getRank()), world_(group.getSize()), timeout_(timeout) {
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header is one page");
+  auto fail = [&](const std::string& message) {
+    if (!why) throw UsageError(fmt::format("--shared-memory-reduce on: {}", message));
+    *why = message;
+  };
+  if (world_ > kMaxWorld) {  // the same on every rank: no collective skipped unevenly
+    fail(fmt::format("{} ranks; it serves at most {} ranks of one machine", world_, kMaxWorld));
+    return;
+  }
+  // Every rank on this machine?
+  {
+    std::vector<at::Tensor> out{at::empty({world_}, at::kLong)};
+    // A rank that cannot take part says so with an id no machine has.
+    std::vector<at::Tensor> in{at::full({1}, eligible ? machine_id() : -1 - int64_t{rank_}, at::kLong)};
+    std::vector<std::vector<at::Tensor>> outs{{}};
+    for (int r = 0; r < world_; ++r) outs[0].push_back(at::empty({1}, at::kLong));
+    group.allgather(outs, in)->wait();
+    for (int r = 0; r < world_; ++r) {
+      if (outs[0][static_cast<size_t>(r)].item<int64_t>() != outs[0][0].item<int64_t>()) {
+        fail(fmt::format("rank {} runs on another machine than rank 0 (or in another network namespace), or one "
+                         "of them has its parameters off the CPU; shared memory serves CPU ranks of one machine only: "
+                         "use --shared-memory-reduce auto or off",
+                         r));
+        return;
+      }
+    }
+  }
+  max_bytes_ = round_up(std::max<size_t>(max_bytes, 64), kPage);
+  mapped_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(world_) * max_bytes_;
+
+  // Rank 0 creates the segment and broadcasts its name.
+  std::string name;
+  std::string error;
+  if (rank_ == 0) {
+    std::random_device random;
+    name = fmt::format("/hetseq-reduce-{}-{:08x}", ::getpid(), random());
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = fmt::format("cannot create /dev/shm{}: {}", name, std::strerror(errno));
+    } else {
+      // posix_fallocate reserves the pages now: a full /dev/shm is this error, not a SIGBUS mid-training.
+      const int rc = ::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0 ? errno
+                     : ::posix_fallocate(fd, 0, static_cast<off_t>(mapped_bytes_));
+      if (rc != 0) {
+        error = fmt::format("cannot reserve {} bytes in /dev/shm ({}): {}", mapped_bytes_, name, std::strerror(rc));
+        ::shm_unlink(name.c_str());
+      }
+      ::close(fd);
+    }
+  }
+  at::Tensor name_bytes = at::zeros({128}, at::kByte);
+  if (rank_ == 0) {
+    const std::string sent = error.empty() ? name : "!" + error.substr(0, 126);
+    std::memcpy(name_bytes.data_ptr(), sent.data(), std::min<size_t>(sent.size(), 127));
+  }
+  std::vector<at::Tensor> bytes{name_bytes};
+  group.broadcast(bytes)->wait();
+  name = std::string(static_cast<const char*>(name_bytes.data_ptr()));
+  if (!name.empty() && name[0] == '!') {
+    fail(fmt::format("rank 0 {}; free /dev/shm or use --shared-memory-reduce off", name.substr(1)));
+    return;
+  }
+  // Every rank maps it; the name goes once all have (or one has failed).
+  int ok = 1;
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd >= 0) {
+    base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base_ == MAP_FAILED) base_ = nullptr;
+    ::close(fd);
+  }
+  if (!base_) {
+    error = fmt::format("rank {} cannot map /dev/shm{}: {}", rank_, name, std::strerror(errno));
+    ok = 0;
+  }
+  std::vector<at::Tensor> flags{at::full({1}, ok, at::kInt)};
+  group.allreduce(flags)->wait();
+  if (rank_ == 0) ::shm_unlink(name.c_str());
+  if (flags[0].item<int>() != world_) {
+    if (base_) ::munmap(base_, mapped_bytes_);
+    base_ = nullptr;
+    fail(error.empty() ? "another rank could not map the segment (its error says why)" : error);
+    return;
+  }
+  header_ = static_cast<Header*>(base_);  // zero-filled by ftruncate: count 0, generation 0, arrivals 0
+  header_->pids[rank_].store(::getpid());
+  header_->pid_namespaces[rank_].store(pid_namespace());
+}
+
+SharedMemoryReduce::~SharedMemoryReduce() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;  // a barrier that waits gives up within 100 ms
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (base_) ::munmap(base_, mapped_bytes_);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_sum_async(const at::Tensor& bucket,
+                                                                                 int64_t index) {
+  auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    jobs_.push_back(Job{bucket, index, done});
+  }
+  wake_.notify_one();
+  return done;
+}
+
+void SharedMemoryReduce::work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    try {
+      allreduce_sum(job.bucket, job.index);
+      job.done->markCompleted(c10::IValue(std::vector<at::Tensor>{job.bucket}));
+    } catch (...) {
+      job.done->setError(std::current_exception());
+    }
+  }
+}
+
+char* SharedMemoryReduce::slot(int half, int rank) const {
+  return static_cast<char*>(base_) + kHeaderBytes +
+         (static_cast<size_t>(half) * static_cast<size_t>(world_) + static_cast<size_t>(rank)) * max_bytes_;
+}
+
+void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
+  ++round_;
+  header_->arrivals[rank_].store(round_, std::memory_order_release);
+  const uint32_t generation = header_->generation.load(std::memory_order_acquire);
+  if (header_->count.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_)) {
+    header_->count.store(0, std::memory_order_relaxed);
+    header_->generation.fetch_add(1, std::memory_order_acq_rel);
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    return;
+  }
+  for (int spin = 0; spin < 200; ++spin) {
+    if (header_->generation.load(std::memory_order_acquire) != generation) return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (header_->generation.load(std::memory_order_acquire) == generation) {
+    if (stopping_) throw PeerError(fmt::format("rank {}: the shared-memory reduction of bucket {} was abandoned", rank_, index));
+    const auto left = deadline - std::chrono::steady_clock::now();
+    std::vector<int> missing;
+    for (int r = 0; r < world_; ++r) {
+      if (header_->arrivals[r].load(std::memory_order_acquire) < round_) missing.push_back(r);
+    }
+    // A missing rank's process that has exited (seen where it shares this process's pid namespace) fails the
+    // wait at once, as a closed socket fails Gloo's.
+    for (int r : missing) {
+      const int64_t pid = header_->pids[r].load();
+      if (pid > 0 && header_->pid_namespaces[r].load() == pid_namespace() && !process_alive(pid)) {
+        throw PeerError(fmt::format(
+            "rank {} of {}: the shared-memory reduction of gradient bucket {} failed: rank {} (process {}) has exited "
+            "(a peer died, fell behind past the process group's timeout, or ran a different number of backward passes)",
+            rank_, world_, index, r, pid));
+      }
+    }
+    if (left <= std::chrono::steady_clock::duration::zero()) {
+      throw PeerError(fmt::format(
+          "rank {} of {}: the shared-memory reduction of gradient bucket {} ({}) failed: rank(s) {} did not reach it "
+          "within --distributed-timeout ({} s) (a peer died, fell behind past the process group's timeout, or ran a "
+          "different number of backward passes)",
+          rank_, world_, index, phase, fmt::join(missing, ", "),
+          std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()));
+    }
+    // Sleep on the generation word; wake up at least every 100 ms to check the deadline.
+    const auto nap = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
+    timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAIT, generation, &wait, nullptr, 0);
+  }
+}
+
+void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) {
+  const size_t bytes = static_cast<size_t>(bucket.numel()) * bucket.element_size();
+  HETSEQ_ASSERT(bucket.is_contiguous() && bucket.device().is_cpu(), "bucket {} is not a contiguous CPU tensor", index);
+  HETSEQ_ASSERT(bytes <= max_bytes_, "bucket {} has {} bytes, more than the {} of a shared-memory slot", index, bytes,
+                max_bytes_);
+  const int half = static_cast<int>(reductions_++ % 2);
+  const auto options = bucket.options();
+  const int64_t n = bucket.numel();
+  auto view = [&](int rank, int64_t from, int64_t count) {
+    return at::from_blob(slot(half, rank) + static_cast<size_t>(from) * bucket.element_size(), {count}, options);
+  };
+  view(rank_, 0, n).copy_(bucket.view({n}));
+  barrier(index, "copy in");
+  // Chunk r: elements [lo, hi), cut at multiples of 16 elements (64 bytes of float32).
+  const int64_t per = (n + world_ - 1) / world_;
+  const int64_t step = (per + 15) / 16 * 16;
+  const int64_t lo = std::min<int64_t>(n, step * rank_), hi = std::min<int64_t>(n, lo + step);
+  if (hi > lo) {
+    at::Tensor sum = view(0, lo, hi - lo);
+    for (int r = 1; r < world_; ++r) sum.add_(view(r, lo, hi - lo));
+  }
+  barrier(index, "sum");
+  bucket.view({n}).copy_(view(0, 0, n));
+}
+
+}  // namespace hetseq

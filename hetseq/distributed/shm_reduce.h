@@ -1,0 +1,79 @@
+#pragma once
+/// Sums gradient buckets over the ranks of one machine through shared memory instead of the process group
+/// (--shared-memory-reduce). See Note [Shared-memory reduction] (shm_reduce.cpp). Internal: not installed.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue_inl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace hetseq {
+
+class SharedMemoryReduce {
+ public:
+  /// Collective over `group` (every rank builds one at the same point): checks that every rank runs on this
+  /// machine (hetseq::UsageError naming the flag and the first rank elsewhere otherwise), then rank 0 creates a
+  /// segment for buckets of up to `max_bytes` and every rank maps it; the name is unlinked once all have, so the
+  /// memory goes when the last process does, also after a crash. A wait for a peer longer than `timeout`
+  /// throws hetseq::PeerError naming the ranks that did not arrive.
+  SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout);
+  /// As the constructor, for --shared-memory-reduce auto: null, on every rank alike, where the ranks are not all
+  /// on this machine, one of them is not `eligible` (its parameters are not on the CPU), or the segment cannot
+  /// be made (`why` says which). Collective even where this rank is not eligible.
+  static std::shared_ptr<SharedMemoryReduce> try_create(c10d::ProcessGroup& group, size_t max_bytes,
+                                                        std::chrono::milliseconds timeout, bool eligible,
+                                                        std::string* why);
+  ~SharedMemoryReduce();
+  SharedMemoryReduce(const SharedMemoryReduce&) = delete;
+  SharedMemoryReduce& operator=(const SharedMemoryReduce&) = delete;
+
+  /// Replaces `bucket` (contiguous, on the CPU, at most max_bytes) by its sum over the ranks, added in rank
+  /// order, the same bits on every rank. `index` names the bucket in errors.
+  void allreduce_sum(const at::Tensor& bucket, int64_t index);
+  /// The same on this object's thread, in the order of the calls, so that the caller (backward) goes on; the
+  /// future completes with [bucket], or with the PeerError.
+  c10::intrusive_ptr<c10::ivalue::Future> allreduce_sum_async(const at::Tensor& bucket, int64_t index);
+
+  size_t max_bytes() const { return max_bytes_; }
+
+ private:
+  SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout, bool eligible,
+                     std::string* why);
+  struct Header;
+  void barrier(int64_t index, const char* phase);
+  char* slot(int half, int rank) const;
+
+  int rank_ = 0;
+  int world_ = 1;
+  size_t max_bytes_ = 0;     // per slot, rounded up to a page
+  size_t mapped_bytes_ = 0;  // the whole segment
+  std::chrono::milliseconds timeout_;
+  void* base_ = nullptr;
+  Header* header_ = nullptr;
+  uint64_t round_ = 0;       // barriers this rank has passed
+  uint64_t reductions_ = 0;  // reductions this rank has done (which half is next)
+
+  struct Job {
+    at::Tensor bucket;
+    int64_t index;
+    c10::intrusive_ptr<c10::ivalue::Future> done;
+  };
+  void work();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  std::atomic<bool> stopping_{false};
+  std::thread worker_;  // started by the first allreduce_sum_async
+};
+
+}  // namespace hetseq

@@ -1,0 +1,114 @@
+// The shared-memory reduction (Note [Shared-memory reduction]) on ranks as threads (level 1, see
+// support/rank_threads.h): each rank maps the same segment, as processes of one machine do.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "hetseq/core/error.h"
+#include "hetseq/distributed/shm_reduce.h"
+#include "support/rank_threads.h"
+
+using hetseq::SharedMemoryReduce;
+using hetseq::test::Group;
+using hetseq::test::OneIntraOpThread;
+using hetseq::test::run_ranks;
+using hetseq::test::run_ranks_collect;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Values with all their mantissa bits in use, different per rank and round (no global generator: the rank threads
+// would race on it).
+torch::Tensor rank_values(int rank, int64_t n, int64_t round) {
+  return torch::arange(n, torch::kFloat32).mul(0.37f * static_cast<float>(rank + 1)).add(static_cast<float>(round)).sin();
+}
+
+}  // namespace
+
+TEST_CASE("a shared-memory reduction sums every bucket in rank order, the same bits on every rank", "[distributed][shm]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 3;
+  // Sizes around the chunk cut (16 elements) and smaller than one chunk per rank, one reduction after another so
+  // that both halves of the segment are used, then the same through the background thread.
+  const std::vector<int64_t> sizes{1, 5, 47, 48, 49, 1000, 4096, 3, 1000};
+  std::vector<std::vector<torch::Tensor>> got(kWorld);  // [rank][round]
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    SharedMemoryReduce shm(*group, 4096 * sizeof(float), std::chrono::seconds(20));
+    for (size_t round = 0; round < sizes.size(); ++round) {
+      torch::Tensor t = rank_values(rank, sizes[round], static_cast<int64_t>(round));
+      if (round < 6) {
+        shm.allreduce_sum(t, static_cast<int64_t>(round));
+      } else {
+        auto done = shm.allreduce_sum_async(t, static_cast<int64_t>(round));
+        done->wait();
+        REQUIRE(!done->hasError());
+      }
+      got[static_cast<size_t>(rank)].push_back(t);
+    }
+  });
+  for (size_t round = 0; round < sizes.size(); ++round) {
+    INFO("round " << round << ", " << sizes[round] << " elements");
+    torch::Tensor expected = rank_values(0, sizes[round], static_cast<int64_t>(round)).clone();
+    for (int r = 1; r < kWorld; ++r) expected.add_(rank_values(r, sizes[round], static_cast<int64_t>(round)));
+    for (int r = 0; r < kWorld; ++r) {
+      CHECK(torch::equal(got[static_cast<size_t>(r)][round], expected));
+    }
+  }
+}
+
+TEST_CASE("a rank that never reaches a shared-memory reduction is a PeerError naming it, within the timeout",
+          "[distributed][shm]") {
+  OneIntraOpThread one_thread;
+  std::atomic<bool> failed{false};
+  const auto errors = run_ranks_collect(2, [&](int rank, const Group& group) {
+    SharedMemoryReduce shm(*group, 1024, std::chrono::seconds(1));
+    if (rank == 1) {
+      while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // alive, but never reduces
+      return;
+    }
+    torch::Tensor t = torch::ones({8});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      shm.allreduce_sum(t, 3);
+    } catch (...) {
+      failed = true;
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) throw std::runtime_error("too late");
+      throw;
+    }
+    failed = true;
+  });
+  REQUIRE(errors[0]);
+  CHECK(hetseq::test::is_a<hetseq::PeerError>(errors[0]));
+  CHECK_THAT(hetseq::test::message_of(errors[0]),
+             Contains("rank 0 of 2: the shared-memory reduction of gradient bucket 3 (copy in) failed: rank(s) 1 did "
+                      "not reach it within --distributed-timeout (1 s)"));
+  CHECK(!errors[1]);
+}
+
+TEST_CASE("auto: one rank that cannot take part turns shared memory off on every rank, saying why", "[distributed][shm]") {
+  OneIntraOpThread one_thread;
+  std::vector<std::string> why(2);
+  std::vector<int> made(2, -1);
+  run_ranks(2, [&](int rank, const Group& group) {
+    std::string reason;
+    auto shm = SharedMemoryReduce::try_create(*group, 1024, std::chrono::seconds(10), /*eligible=*/rank == 0, &reason);
+    made[static_cast<size_t>(rank)] = shm ? 1 : 0;
+    why[static_cast<size_t>(rank)] = reason;
+  });
+  CHECK(made == std::vector<int>{0, 0});
+  CHECK_THAT(why[0], Contains("rank 1 runs on another machine than rank 0") &&
+                         Contains("has its parameters off the CPU"));
+  CHECK(why[0] == why[1]);
+  SECTION("and both eligible, both take it") {
+    run_ranks(2, [&](int rank, const Group& group) {
+      std::string reason;
+      auto shm = SharedMemoryReduce::try_create(*group, 1024, std::chrono::seconds(10), true, &reason);
+      made[static_cast<size_t>(rank)] = shm ? 1 : 0;
+    });
+    CHECK(made == std::vector<int>{1, 1});
+  }
+}
