@@ -44,7 +44,7 @@ double median(std::vector<double> v) {
 int run(int argc, char** argv) {
   int64_t world = 0, rank = -1, numel = 0, iters = 30;
   double bucket_cap_mb = 25;
-  std::string store_file, model_name = "mnist";
+  std::string store_file, model_name = "mnist", shared_memory = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--world-size") world = hetseq::parse_int(flag, value);
@@ -54,6 +54,7 @@ int run(int argc, char** argv) {
     else if (flag == "--numel") { numel = hetseq::parse_int(flag, value); model_name = "synthetic"; }
     else if (flag == "--iters") iters = hetseq::parse_int(flag, value);
     else if (flag == "--bucket-cap-mb") bucket_cap_mb = hetseq::parse_double(flag, value);
+    else if (flag == "--shared-memory-reduce") shared_memory = value;
     else throw hetseq::UsageError(fmt::format("unknown flag {}", flag));
   }
   if (world < 2 || rank < 0 || rank >= world || store_file.empty() || iters < 1) {
@@ -72,6 +73,7 @@ int run(int argc, char** argv) {
   auto group = hetseq::make_process_group(store, rank, world, pg_options);
   hetseq::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = bucket_cap_mb;
+  ddp_options.shared_memory = hetseq::parse_shared_memory_reduce(shared_memory);
   hetseq::DistributedReducer reducer(*model, group, ddp_options);
   auto params = model->parameters();
 

@@ -3,6 +3,7 @@
 # size, over Gloo on loopback (see benchmarks/reduction_bandwidth.cpp for what is timed).
 #
 #   benchmarks/reduction_bandwidth.sh [--build DIR] [--iters K] [--repeats R] [--timeout S]
+#                                     [--shared-memory-reduce auto|on|off]
 #
 # Cases: the MNIST model (1.2 M parameters, 4.8 MB of gradients) and a synthetic 25 M-parameter model
 # (100 MB, 16 tensors; several 25 MiB buckets), each on 2 ranks pinned to CPUs 0 and 1 and on 3 ranks
@@ -10,6 +11,8 @@
 # 30). Prints every run's JSON lines, then a table of the medians over runs: time, algbw, busbw, and
 # hetseq/raw (the reducer's bus bandwidth over the raw allreduce's), and that ratio net of the local backward
 # pass (building the loss and writing the gradients, timed alone), which the reducer's span includes.
+# --shared-memory-reduce (default auto, as hetseq-train): the ranks being on one machine, auto and on sum the
+# reducer's buckets through shared memory (Note [Shared-memory reduction]); off keeps Gloo for both sides.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=benchmarks/common.sh
@@ -18,12 +21,14 @@ BUILD="build"
 ITERS=30
 REPEATS=3
 TIMEOUT=300
+SHM=auto
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --build) need_value "$@"; BUILD="$2"; shift 2 ;;
     --iters) need_value "$@"; ITERS="$2"; shift 2 ;;
     --repeats) need_value "$@"; REPEATS="$2"; shift 2 ;;
     --timeout) need_value "$@"; TIMEOUT="$2"; shift 2 ;;
+    --shared-memory-reduce) need_value "$@"; SHM="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -50,7 +55,7 @@ for model in "--model mnist" "--numel 25000000"; do
       for ((r = 0; r < world; r++)); do
         # shellcheck disable=SC2086
         timeout -k 5 "$TIMEOUT" taskset -c "${pin[$r]}" "$BIN" --world-size "$world" --rank "$r" \
-          --store-file "$WORK/store.$run" --iters "$ITERS" $model >"$WORK/out.$run.$r" 2>"$WORK/err.$run.$r" &
+          --store-file "$WORK/store.$run" --iters "$ITERS" --shared-memory-reduce "$SHM" $model >"$WORK/out.$run.$r" 2>"$WORK/err.$run.$r" &
         pids+=("$!")
       done
       for ((r = 0; r < world; r++)); do
