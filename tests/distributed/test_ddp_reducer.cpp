@@ -16,6 +16,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/group_channel.h"
+#include "support/tensor_lists.h"
 #include "support/rank_threads.h"
 
 using hetseq::DdpOptions;
@@ -57,14 +58,6 @@ double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch
     worst = std::max(worst, ((a[i] - b[i]).abs() / (1 + b[i].abs())).max().item<double>());
   }
   return worst;
-}
-
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].defined() || !b[i].defined() || !torch::equal(a[i], b[i])) return false;
-  }
-  return true;
 }
 
 torch::nn::Sequential make_mlp(uint64_t seed) {
@@ -115,7 +108,7 @@ TEST_CASE("Rank-valued gradients and sums add up to their closed form over 3 ran
     models.emplace_back(torch::nn::Linear(3, 2));
   }
   const auto rank0_initial = copies(models[0]->parameters());
-  REQUIRE_FALSE(all_equal(copies(models[1]->parameters()), rank0_initial));
+  REQUIRE_FALSE(hetseq::test::all_equal(copies(models[1]->parameters()), rank0_initial));
   const torch::Tensor coeffs = torch::arange(1, 7, torch::kFloat32).reshape({2, 3});  // weight's coefficients
 
   std::vector<std::vector<torch::Tensor>> after_broadcast(kWorld);  // [rank][param]
@@ -150,7 +143,7 @@ TEST_CASE("Rank-valued gradients and sums add up to their closed form over 3 ran
   const torch::Tensor expected_bias = torch::full({2}, 14.0f);  // 1 + 4 + 9
   for (int r = 0; r < kWorld; ++r) {
     CAPTURE(r);
-    CHECK(all_equal(after_broadcast[r], rank0_initial));
+    CHECK(hetseq::test::all_equal(after_broadcast[r], rank0_initial));
     CHECK(buckets[r] == 2);
     for (int update = 0; update < 2; ++update) {
       CAPTURE(update);
@@ -197,7 +190,7 @@ TEST_CASE("Bucket caps from below one parameter to above the model give the orac
       for (int update = 0; update < 3; ++update) {
         CAPTURE(update);
         CHECK(max_rel_diff(grads[r][update], oracle) < 1e-12);
-        CHECK(all_equal(grads[r][update], grads[0][update]));  // bitwise the same on every rank
+        CHECK(hetseq::test::all_equal(grads[r][update], grads[0][update]));  // bitwise the same on every rank
         if (cap_mb == 1e-6) CHECK(bucket_counts[r][update] == 6);
         if (cap_mb == 100.0) CHECK(bucket_counts[r][update] == 1);
       }

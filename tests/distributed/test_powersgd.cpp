@@ -19,6 +19,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/distributed/powersgd.h"
+#include "support/tensor_lists.h"
 #include "support/rank_threads.h"
 #include "support/temp_dir.h"
 
@@ -105,14 +106,6 @@ double rel_diff(const Views& a, const Views& b) {
   return diff / scale;
 }
 
-bool all_equal(const Views& a, const Views& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].equal(b[i])) return false;
-  }
-  return true;
-}
-
 bool all_finite(const Views& views) {
   for (const auto& v : views) {
     if (!torch::isfinite(v).all().item<bool>()) return false;
@@ -174,7 +167,7 @@ TEST_CASE("PowerSGD at full rank gives the exact sum over 3 ranks for every buck
       CAPTURE(u, b);
       const Views exact = sum_over_ranks(inputs[u][b]);
       CHECK(rel_diff(outputs[0][u][b], exact) < 1e-4);
-      for (int r = 1; r < kWorld; ++r) CHECK(all_equal(outputs[r][u][b], outputs[0][u][b]));
+      for (int r = 1; r < kWorld; ++r) CHECK(hetseq::test::all_equal(outputs[r][u][b], outputs[0][u][b]));
     }
   }
 }
@@ -208,7 +201,7 @@ TEST_CASE("PowerSGD at rank 1 is one power iteration of the sum from the initial
   CHECK(rel_diff({outputs[0][1]}, {reference}) < 1e-4);
   CHECK(rel_diff({outputs[0][1]}, {exact[1]}) > 0.1);  // a rank-1 approximation, not the sum
   CHECK(rel_diff({outputs[0][0]}, {exact[0]}) < 1e-6);  // the vector is summed exactly
-  for (int r = 1; r < kWorld; ++r) CHECK(all_equal(outputs[r], outputs[0]));
+  for (int r = 1; r < kWorld; ++r) CHECK(hetseq::test::all_equal(outputs[r], outputs[0]));
   // The initial Q depends on the seed, the bucket and the view, and on nothing else.
   CHECK(hetseq::detail::powersgd_initial_q(options.seed, kBucket, 1, 5, 1).equal(q0.to(torch::kFloat32)));
   CHECK_FALSE(hetseq::detail::powersgd_initial_q(options.seed + 1, kBucket, 1, 5, 1).equal(q0.to(torch::kFloat32)));
@@ -250,7 +243,7 @@ TEST_CASE("PowerSGD error feedback keeps the running sum of the results near the
   CAPTURE(first_residual, worst_first_half, worst_second_half);
   CHECK(worst_second_half < 0.25 * kCalls * first_residual);
   CHECK(worst_second_half < 1.5 * worst_first_half);
-  for (int c = 0; c < kCalls; ++c) CHECK(all_equal(outputs[1][c], outputs[0][c]));
+  for (int c = 0; c < kCalls; ++c) CHECK(hetseq::test::all_equal(outputs[1][c], outputs[0][c]));
 }
 
 TEST_CASE("PowerSGD before start_update is the exact sum and leaves the compression state untouched",
@@ -283,10 +276,10 @@ TEST_CASE("PowerSGD before start_update is the exact sum and leaves the compress
   const Views exact = sum_over_ranks(inputs);
   for (int r = 0; r < kWorld; ++r) {
     CAPTURE(r);
-    CHECK(all_equal(outputs[r][0], exact));
-    CHECK(all_equal(outputs[r][1], exact));
-    CHECK_FALSE(all_equal(outputs[r][2], exact));  // update 2 is compressed ...
-    CHECK(all_equal(outputs[r][2], fresh[r]));     // ... as if the warm-up had not been
+    CHECK(hetseq::test::all_equal(outputs[r][0], exact));
+    CHECK(hetseq::test::all_equal(outputs[r][1], exact));
+    CHECK_FALSE(hetseq::test::all_equal(outputs[r][2], exact));  // update 2 is compressed ...
+    CHECK(hetseq::test::all_equal(outputs[r][2], fresh[r]));     // ... as if the warm-up had not been
   }
 }
 
@@ -347,10 +340,10 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
         const Views exact = sum_over_ranks(inputs[2]);
         CHECK(frobenius({outputs[r][2][0] - exact[0]}) < 2 * frobenius({fresh[r][0] - exact[0]}) + 1e-6);
         CHECK(rel_diff({outputs[r][2][1]}, {exact[1]}) < 1e-6);
-        if (c.matrix) CHECK(all_equal(outputs[r][2], fresh[r]));
+        if (c.matrix) CHECK(hetseq::test::all_equal(outputs[r][2], fresh[r]));
         // Where the matrices stayed finite, Q went on as in a run without the overflow, so only the
         // error feedback tells the two apart: carried over, call 2 would be the clean run's.
-        if (!c.matrix) CHECK_FALSE(all_equal(outputs[r][2], kept[r]));
+        if (!c.matrix) CHECK_FALSE(hetseq::test::all_equal(outputs[r][2], kept[r]));
       }
     }
   }
@@ -529,7 +522,7 @@ TEST_CASE("PowerSGD state through a checkpoint file: the restored run continues 
     for (int u = kSaveAfter; u < kUpdates; ++u) {
       for (size_t b = 0; b < kCheckpointBuckets.size(); ++b) {
         CAPTURE(r, u, b);
-        CHECK(all_equal(resumed[r][u - kSaveAfter][b], straight[r][u][b]));
+        CHECK(hetseq::test::all_equal(resumed[r][u - kSaveAfter][b], straight[r][u][b]));
       }
     }
   }
@@ -577,7 +570,7 @@ TEST_CASE("PowerSGD state restored under another split carries the total error: 
   CAPTURE(diff, diff_dropped);
   CHECK(diff < 1e-5);          // float32 rounding of the other cut only
   CHECK(diff_dropped > 1e-2);  // what the error feedback is worth in this update
-  CHECK(all_equal(resumed[1][0], resumed[0][0]));
+  CHECK(hetseq::test::all_equal(resumed[1][0], resumed[0][0]));
 }
 
 TEST_CASE("PowerSGD state saved by 3 ranks and restored on 2: rank 0 takes the summed error, the total is kept",
@@ -620,7 +613,7 @@ TEST_CASE("PowerSGD state saved by 3 ranks and restored on 2: rank 0 takes the s
   CAPTURE(diff, diff_dropped);
   CHECK(diff < 1e-5);
   CHECK(diff_dropped > 1e-2);
-  CHECK(all_equal(resumed[1][0], resumed[0][0]));
+  CHECK(hetseq::test::all_equal(resumed[1][0], resumed[0][0]));
   CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
     return l.find("the errors were saved by 3 ranks and this run has 2: rank 0 takes their sum") != std::string::npos;
   }));
@@ -677,8 +670,8 @@ TEST_CASE("PowerSGD state that does not fit a bucket is dropped for that bucket,
       CHECK(std::any_of(lines.begin(), lines.end(),
                         [&](const std::string& l) { return l.find(c.why) != std::string::npos; }));
       const size_t dropped_bucket = c.name == "other shapes" ? 1 : 0;
-      for (int r = 0; r < kWorld; ++r) CHECK(all_equal(restored[r][dropped_bucket], fresh[r][dropped_bucket]));
-      if (c.name == "other shapes") CHECK_FALSE(all_equal(restored[0][0], fresh[0][0]));  // bucket 0 was restored
+      for (int r = 0; r < kWorld; ++r) CHECK(hetseq::test::all_equal(restored[r][dropped_bucket], fresh[r][dropped_bucket]));
+      if (c.name == "other shapes") CHECK_FALSE(hetseq::test::all_equal(restored[0][0], fresh[0][0]));  // bucket 0 was restored
     }
   }
 }

@@ -21,6 +21,7 @@
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"
+#include "support/tensor_lists.h"
 #include "support/rank_threads.h"
 
 using hetseq::Batch;
@@ -93,14 +94,6 @@ double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch
     worst = std::max(worst, ((a[i] - b[i]).abs() / (1 + b[i].abs())).max().item<double>());
   }
   return worst;
-}
-
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
 }
 
 /// A Controller with SGD (lr 0.1) or Adam, a fixed learning rate and no clipping.
@@ -192,7 +185,7 @@ TEST_CASE("Empty micro-batches are run by the Controller: ranks with short and e
       for (size_t u = 0; u < batches.size(); ++u) {
         CAPTURE(u);
         CHECK(max_rel_diff(params[r][u], expected[u]) < 1e-12);
-        CHECK(all_equal(params[r][u], params[0][u]));  // bitwise the same on every rank
+        CHECK(hetseq::test::all_equal(params[r][u], params[0][u]));  // bitwise the same on every rank
         REQUIRE(sums[r][u].size() == 3);  // loss, nsentences, sample_size: the names of the non-empty ranks
         CHECK(sums[r][u].at("sample_size") == expected_sums[u].at("sample_size"));
         CHECK(sums[r][u].at("nsentences") == expected_sums[u].at("sample_size"));

@@ -21,6 +21,7 @@
 #include "hetseq/train/controller.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
+#include "support/tensor_lists.h"
 #include "support/error_message.h"
 #include "support/loss_scaler_steps.h"
 #include "support/mnist_files.h"
@@ -172,14 +173,6 @@ struct Trainer {
   }
 };
 
-bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("a power-of-two loss scale leaves fp32 training bit-identical: the weighted average stays exact",
@@ -188,7 +181,7 @@ TEST_CASE("a power-of-two loss scale leaves fp32 training bit-identical: the wei
   hetseq::test::write_random_mnist(dir.path(), 96, 8, 5);
   Trainer plain(dir.path(), Precision::kFloat32, std::nullopt);
   Trainer scaled(dir.path(), Precision::kFloat32, scaler_options(1024, 2));  // the scale moves: 1024, 2048, 4096
-  REQUIRE(all_equal(plain.params(), scaled.params()));
+  REQUIRE(hetseq::test::all_equal(plain.params(), scaled.params()));
   for (int64_t u = 0; u < 5; ++u) {
     const auto p = plain.update(u);
     const auto s = scaled.update(u);
@@ -198,7 +191,7 @@ TEST_CASE("a power-of-two loss scale leaves fp32 training bit-identical: the wei
     CHECK(s.sums == p.sums);
   }
   CHECK(scaled.controller->loss_scaler()->scale() == 4096);
-  CHECK(all_equal(plain.params(), scaled.params()));
+  CHECK(hetseq::test::all_equal(plain.params(), scaled.params()));
 }
 
 TEST_CASE("an update that overflows in fp16 is skipped: no step, no count, half the scale", "[precision]") {
@@ -213,7 +206,7 @@ TEST_CASE("an update that overflows in fp16 is skipped: no step, no count, half 
   CHECK(first.loss_scale == std::ldexp(1.0, 30));
   CHECK(t.controller->num_updates() == 0);
   CHECK(t.controller->loss_scaler()->scale() == std::ldexp(1.0, 29));
-  CHECK(all_equal(before, t.params()));
+  CHECK(hetseq::test::all_equal(before, t.params()));
   for (const auto& p : t.model->parameters()) CHECK((!p.grad().defined() || p.grad().abs().sum().item<double>() == 0));
 
   int64_t u = 1;
@@ -227,7 +220,7 @@ TEST_CASE("an update that overflows in fp16 is skipped: no step, no count, half 
   CHECK(r.loss_scale <= 65504);  // a float16 gradient of at least 1 per unit loss fits
   CHECK(t.controller->num_updates() == 1);
   CHECK(t.controller->loss_scaler()->overflows() == u - 1);  // every try but the last overflowed
-  CHECK(!all_equal(before, t.params()));
+  CHECK(!hetseq::test::all_equal(before, t.params()));
   const auto stats = t.controller->train_stats();
   CHECK(std::any_of(stats.begin(), stats.end(), [&](const hetseq::Stat& s) {
     return s.name == "loss_scale" && s.value == r.loss_scale;
