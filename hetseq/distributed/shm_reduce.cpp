@@ -179,7 +179,19 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
     std::memcpy(name_bytes.data_ptr(), sent.data(), std::min<size_t>(sent.size(), 127));
   }
   std::vector<at::Tensor> bytes{name_bytes};
-  group.broadcast(bytes)->wait();
+  // A peer that fails these collectives (dead, or timed out) must leave neither the name in /dev/shm nor the
+  // mapping behind (the destructor does not run for a constructor that throws).
+  auto unlink_on_error = [&](const std::function<void()>& collective) {
+    try {
+      collective();
+    } catch (...) {
+      if (rank_ == 0) ::shm_unlink(name.c_str());
+      if (base_) ::munmap(base_, mapped_bytes_);
+      base_ = nullptr;
+      throw;
+    }
+  };
+  unlink_on_error([&] { group.broadcast(bytes)->wait(); });
   name = std::string(static_cast<const char*>(name_bytes.data_ptr()));
   if (!name.empty() && name[0] == '!') {
     fail(fmt::format("rank 0 {}; free /dev/shm or use --shared-memory-reduce off", name.substr(1)));
@@ -198,7 +210,7 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
     ok = 0;
   }
   std::vector<at::Tensor> flags{at::full({1}, ok, at::kInt)};
-  group.allreduce(flags)->wait();
+  unlink_on_error([&] { group.allreduce(flags)->wait(); });
   if (rank_ == 0) ::shm_unlink(name.c_str());
   if (flags[0].item<int>() != world_) {
     if (base_) ::munmap(base_, mapped_bytes_);
