@@ -381,15 +381,15 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   if (try_shm) {
     // Slots hold the largest bucket there can be: one of these, or a rebuilt one (at most the cap plus the
     // tensor that crossed it), never more than all parameters.
+    auto bytes_of = [&](size_t i) { return static_cast<size_t>(params_[i].numel()) * params_[i].element_size(); };
     size_t total = 0, largest = 0, largest_bucket = 0;
-    for (const auto& p : params_) {
-      const size_t b = static_cast<size_t>(p.numel()) * p.element_size();
-      total += b;
-      largest = std::max(largest, b);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      total += bytes_of(i);
+      largest = std::max(largest, bytes_of(i));
     }
     for (const auto& bucket : buckets) {
       size_t b = 0;
-      for (auto i : bucket) b += static_cast<size_t>(params_[static_cast<size_t>(i)].numel()) * params_[static_cast<size_t>(i)].element_size();
+      for (auto i : bucket) b += bytes_of(static_cast<size_t>(i));
       largest_bucket = std::max(largest_bucket, b);
     }
     const size_t bound = std::min(total, std::max(largest_bucket, static_cast<size_t>(cap_bytes) + largest));

@@ -66,13 +66,9 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr size_t kHeaderBytes = kPage;
-constexpr int kMaxWorld = kMaxRanks;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// This machine: its host name, boot id and network namespace. Two containers with one host name are not one
-// machine, and ranks in different network namespaces stand for different nodes (as tests/distributed's two
-// nodes do), so they talk over the network.
 // Whether process `pid` (of this pid namespace) still runs: not gone, not a zombie (a killed rank stays one
 // until whoever started it reaps it).
 bool process_alive(int64_t pid) {
@@ -90,6 +86,9 @@ uint64_t pid_namespace() {
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
+// This machine: its host name, boot id and network namespace. Two containers with one host name are not one
+// machine, and ranks in different network namespaces stand for different nodes (as tests/distributed's two
+// nodes do), so they talk over the network.
 int64_t machine_id() {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -128,8 +127,8 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
     if (!why) throw UsageError(fmt::format("--shared-memory-reduce on: {}", message));
     *why = message;
   };
-  if (world_ > kMaxWorld) {  // the same on every rank: no collective skipped unevenly
-    fail(fmt::format("{} ranks; it serves at most {} ranks of one machine", world_, kMaxWorld));
+  if (world_ > kMaxRanks) {  // the same on every rank: no collective skipped unevenly
+    fail(fmt::format("{} ranks; it serves at most {} ranks of one machine", world_, kMaxRanks));
     return;
   }
   // Every rank on this machine?
@@ -220,7 +219,8 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
   }
   header_ = static_cast<Header*>(base_);  // zero-filled by ftruncate: count 0, generation 0, arrivals 0
   header_->pids[rank_].store(::getpid());
-  header_->pid_namespaces[rank_].store(pid_namespace());
+  pid_namespace_ = pid_namespace();
+  header_->pid_namespaces[rank_].store(pid_namespace_);
 }
 
 SharedMemoryReduce::~SharedMemoryReduce() {
@@ -283,9 +283,17 @@ void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
     if (header_->generation.load(std::memory_order_acquire) != generation) return;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  while (header_->generation.load(std::memory_order_acquire) == generation) {
+  auto left = deadline - std::chrono::steady_clock::now();
+  for (;;) {
+    // Sleep on the generation word; wake up at least every 100 ms to check on the peers and the deadline (a
+    // barrier that completes within the first nap reads nothing from /proc).
+    const auto nap = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
+    timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAIT, generation, &wait, nullptr, 0);
+    if (header_->generation.load(std::memory_order_acquire) != generation) return;
     if (stopping_) throw PeerError(fmt::format("rank {}: the shared-memory reduction of bucket {} was abandoned", rank_, index));
-    const auto left = deadline - std::chrono::steady_clock::now();
+    left = deadline - std::chrono::steady_clock::now();
     std::vector<int> missing;
     for (int r = 0; r < world_; ++r) {
       if (header_->arrivals[r].load(std::memory_order_acquire) < round_) missing.push_back(r);
@@ -294,7 +302,7 @@ void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
     // wait at once, as a closed socket fails Gloo's.
     for (int r : missing) {
       const int64_t pid = header_->pids[r].load();
-      if (pid > 0 && header_->pid_namespaces[r].load() == pid_namespace() && !process_alive(pid)) {
+      if (pid > 0 && header_->pid_namespaces[r].load() == pid_namespace_ && !process_alive(pid)) {
         throw PeerError(fmt::format(
             "rank {} of {}: the shared-memory reduction of gradient bucket {} failed: rank {} (process {}) has exited "
             "(a peer died, fell behind past the process group's timeout, or ran a different number of backward passes)",
@@ -309,11 +317,6 @@ void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
           rank_, world_, index, phase, fmt::join(missing, ", "),
           std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()));
     }
-    // Sleep on the generation word; wake up at least every 100 ms to check the deadline.
-    const auto nap = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
-    timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAIT, generation, &wait, nullptr, 0);
   }
 }
 

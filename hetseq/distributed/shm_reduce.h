@@ -60,6 +60,7 @@ class SharedMemoryReduce {
   std::chrono::milliseconds timeout_;
   void* base_ = nullptr;
   Header* header_ = nullptr;
+  uint64_t pid_namespace_ = 0;  // of this process, to tell which peers' process ids it can check
   uint64_t round_ = 0;       // barriers this rank has passed
   uint64_t reductions_ = 0;  // reductions this rank has done (which half is next)
 
