@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -33,17 +34,23 @@ namespace hetseq {
 // instead; statistics, votes and everything else still use the process group.
 //
 // The segment has a header (a barrier) and two halves used by alternate reductions, each with one slot of
-// max_bytes per rank. One reduction of n bytes:
-//   1. each rank copies its bucket into its slot of the half;
+// max_bytes per rank. The bucket's n elements are cut into W chunks (about n / W each, cut at 64-byte
+// boundaries); chunk r is rank r's to sum. One reduction:
+//   1. each rank copies every chunk of its bucket but its own into its slot of the half;
 //   2. barrier;
-//   3. rank r adds chunk r (about n / W bytes, cut at 64-byte boundaries) of every slot, in rank order
-//      ((s0 + s1) + s2 ...), into slot 0's chunk r: in this phase only rank r touches chunk r of any slot;
+//   3. rank r adds chunk r of every rank's contribution, in rank order ((s0 + s1) + s2 ...), its own read from
+//      its bucket, the others' from their slots, into slot 0's chunk r (which rank 0 left free in step 1 where
+//      r is 0, and whose rank-0 term is read before it is overwritten otherwise), then copies that sum into
+//      its bucket's chunk r: in this phase only rank r touches chunk r of any slot;
 //   4. barrier;
-//   5. each rank copies slot 0 into its bucket.
+//   5. each rank copies the other chunks of slot 0 into its bucket.
+// Rank r's own chunk never goes through shared memory but as the sum: per rank and reduction of B bytes, the
+// copies in and out move B (W - 1) / W each rather than B, a quarter less memory traffic in all with two
+// ranks (4 B rather than 5.5 B read and written), which is what bounds the reduction (docs/BENCHMARKS.md).
 // Every rank gets the same bits, and the same as in any other run, since each chunk is added once, in rank
-// order, whatever the timing. The next reduction uses the other half; the one after it comes back to this
-// half only after its own step 2, which no rank passes before every rank has finished step 5 here. So two
-// barriers a reduction suffice.
+// order, whatever the timing (a term's bits are the same read from the bucket or from its copy). The next
+// reduction uses the other half; the one after it comes back to this half only after its own step 2, which
+// no rank passes before every rank has finished step 5 here. So two barriers a reduction suffice.
 //
 // The barrier is a count and a generation word in the header: the last rank to arrive resets the count,
 // bumps the generation and wakes the others, who wait on the generation word with a futex (shared between
@@ -331,18 +338,35 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
   auto view = [&](int rank, int64_t from, int64_t count) {
     return at::from_blob(slot(half, rank) + static_cast<size_t>(from) * bucket.element_size(), {count}, options);
   };
-  view(rank_, 0, n).copy_(bucket.view({n}));
-  barrier(index, "copy in");
+  const at::Tensor flat = bucket.view({n});
   // Chunk r: elements [lo, hi), cut at multiples of 16 elements (64 bytes of float32).
   const int64_t per = (n + world_ - 1) / world_;
   const int64_t step = (per + 15) / 16 * 16;
   const int64_t lo = std::min<int64_t>(n, step * rank_), hi = std::min<int64_t>(n, lo + step);
+  // The bucket's elements but [lo, hi), copied between the bucket and `rank`'s slot.
+  auto copy_others = [&](int rank, bool into_slot) {
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{0, lo}, std::pair<int64_t, int64_t>{hi, n}}) {
+      if (to <= from) continue;
+      at::Tensor shared = view(rank, from, to - from), own = flat.narrow(0, from, to - from);
+      into_slot ? shared.copy_(own) : own.copy_(shared);
+    }
+  };
+  copy_others(rank_, /*into_slot=*/true);
+  barrier(index, "copy in");
   if (hi > lo) {
+    // Rank k's term of chunk r: this rank's from its bucket, the others' from their slots.
+    auto term = [&](int k) { return k == rank_ ? flat.narrow(0, lo, hi - lo) : view(k, lo, hi - lo); };
     at::Tensor sum = view(0, lo, hi - lo);
-    for (int r = 1; r < world_; ++r) sum.add_(view(r, lo, hi - lo));
+    if (rank_ == 0) {
+      at::add_out(sum, term(0), term(1));  // rank 0 left this chunk of its slot free in step 1
+    } else {
+      sum.add_(term(1));  // rank 0 copied its term there in step 1
+    }
+    for (int k = 2; k < world_; ++k) sum.add_(term(k));
+    flat.narrow(0, lo, hi - lo).copy_(sum);
   }
   barrier(index, "sum");
-  bucket.view({n}).copy_(view(0, 0, n));
+  copy_others(0, /*into_slot=*/false);
 }
 
 }  // namespace hetseq

@@ -31,7 +31,10 @@ torch::Tensor rank_values(int rank, int64_t n, int64_t round) {
 
 TEST_CASE("a shared-memory reduction sums every bucket in rank order, the same bits on every rank", "[distributed][shm]") {
   OneIntraOpThread one_thread;
-  constexpr int kWorld = 3;
+  // Two ranks; three, where a rank past the first two sums its own term last; four, where a chunk of the smallest
+  // buckets is empty.
+  const int kWorld = GENERATE(2, 3, 4);
+  INFO(kWorld << " ranks");
   // Sizes around the chunk cut (16 elements) and smaller than one chunk per rank, one reduction after another so
   // that both halves of the segment are used, then the same through the background thread.
   const std::vector<int64_t> sizes{1, 5, 47, 48, 49, 1000, 4096, 3, 1000};
