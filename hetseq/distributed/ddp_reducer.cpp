@@ -397,8 +397,18 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
       shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout);
     } else {
       std::string why;
-      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why);
-      if (!shm_) log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
+      bool segment_failed = false;
+      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why,
+                                            &segment_failed);
+      if (!shm_ && segment_failed) {
+        // The ranks could share memory but the segment could not be made: a slower run the user should hear of.
+        log::warn("[reducer] rank {}: the ranks of this machine cannot sum their gradients through shared memory "
+                  "({}); they go through the process group instead, which is slower. Make room in /dev/shm, or pass "
+                  "--shared-memory-reduce off to choose that",
+                  rank_, why);
+      } else if (!shm_) {
+        log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
+      }
     }
     if (shm_ && rank_ == 0) {
       log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "

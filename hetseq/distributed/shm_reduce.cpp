@@ -115,9 +115,10 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
 
 std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::ProcessGroup& group, size_t max_bytes,
                                                                    std::chrono::milliseconds timeout, bool eligible,
-                                                                   std::string* why) {
+                                                                   std::string* why, bool* segment_failed) {
   std::string reason;
   std::shared_ptr<SharedMemoryReduce> shm(new SharedMemoryReduce(group, max_bytes, timeout, eligible, &reason));
+  if (segment_failed) *segment_failed = shm->segment_failed_;
   if (!reason.empty()) {
     if (why) *why = reason;
     return nullptr;
@@ -200,6 +201,7 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
   unlink_on_error([&] { group.broadcast(bytes)->wait(); });
   name = std::string(static_cast<const char*>(name_bytes.data_ptr()));
   if (!name.empty() && name[0] == '!') {
+    segment_failed_ = true;
     fail(fmt::format("rank 0 {}; free /dev/shm or use --shared-memory-reduce off", name.substr(1)));
     return;
   }
@@ -221,6 +223,7 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
   if (flags[0].item<int>() != world_) {
     if (base_) ::munmap(base_, mapped_bytes_);
     base_ = nullptr;
+    segment_failed_ = true;
     fail(error.empty() ? "another rank could not map the segment (its error says why)" : error);
     return;
   }

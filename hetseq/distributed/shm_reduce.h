@@ -29,10 +29,12 @@ class SharedMemoryReduce {
   SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout);
   /// As the constructor, for --shared-memory-reduce auto: null, on every rank alike, where the ranks are not all
   /// on this machine, one of them is not `eligible` (its parameters are not on the CPU), or the segment cannot
-  /// be made (`why` says which). Collective even where this rank is not eligible.
+  /// be made (`why` says which; `segment_failed`, where given, is set for the last: a full or small /dev/shm,
+  /// which the caller should warn of, where the others are how the ranks were placed). Collective even where
+  /// this rank is not eligible.
   static std::shared_ptr<SharedMemoryReduce> try_create(c10d::ProcessGroup& group, size_t max_bytes,
                                                         std::chrono::milliseconds timeout, bool eligible,
-                                                        std::string* why);
+                                                        std::string* why, bool* segment_failed = nullptr);
   ~SharedMemoryReduce();
   SharedMemoryReduce(const SharedMemoryReduce&) = delete;
   SharedMemoryReduce& operator=(const SharedMemoryReduce&) = delete;
@@ -60,6 +62,7 @@ class SharedMemoryReduce {
   std::chrono::milliseconds timeout_;
   void* base_ = nullptr;
   Header* header_ = nullptr;
+  bool segment_failed_ = false;  // the constructor could not make or map the segment
   uint64_t pid_namespace_ = 0;  // of this process, to tell which peers' process ids it can check
   uint64_t round_ = 0;       // barriers this rank has passed
   uint64_t reductions_ = 0;  // reductions this rank has done (which half is next)

@@ -2,8 +2,11 @@
 // support/rank_threads.h): each rank maps the same segment, as processes of one machine do.
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -113,5 +116,40 @@ TEST_CASE("auto: one rank that cannot take part turns shared memory off on every
       made[static_cast<size_t>(rank)] = shm ? 1 : 0;
     });
     CHECK(made == std::vector<int>{1, 1});
+  }
+}
+
+TEST_CASE("auto: a segment /dev/shm cannot hold leaves both ranks on the process group, told it was the segment",
+          "[distributed][shm]") {
+  OneIntraOpThread one_thread;
+  std::vector<std::string> why(2);
+  std::vector<int> made(2, -1), segment_failed(2, -1);
+  // Slots of 1 TiB each: far more than /dev/shm holds on any machine, refused before a page is taken.
+  constexpr size_t kHuge = size_t{1} << 40;
+  run_ranks(2, [&](int rank, const Group& group) {
+    std::string reason;
+    bool failed = false;
+    auto shm = SharedMemoryReduce::try_create(*group, kHuge, std::chrono::seconds(10), true, &reason, &failed);
+    made[static_cast<size_t>(rank)] = shm ? 1 : 0;
+    segment_failed[static_cast<size_t>(rank)] = failed ? 1 : 0;
+    why[static_cast<size_t>(rank)] = reason;
+  });
+  CHECK(made == std::vector<int>{0, 0});
+  CHECK(segment_failed == std::vector<int>{1, 1});
+  CHECK_THAT(why[0], Contains("rank 0 cannot reserve") && Contains("in /dev/shm") && Contains("free /dev/shm"));
+  CHECK(why[0] == why[1]);
+  // Nothing half-made is left: no segment of this process's in /dev/shm.
+  const std::string prefix = "hetseq-reduce-" + std::to_string(::getpid()) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    CHECK(entry.path().filename().string().rfind(prefix, 0) != 0);
+  }
+  SECTION("where the ranks are not all eligible, the segment is not what failed") {
+    run_ranks(2, [&](int rank, const Group& group) {
+      std::string reason;
+      bool failed = true;
+      auto shm = SharedMemoryReduce::try_create(*group, kHuge, std::chrono::seconds(10), rank == 0, &reason, &failed);
+      segment_failed[static_cast<size_t>(rank)] = failed ? 1 : 0;
+    });
+    CHECK(segment_failed == std::vector<int>{0, 0});
   }
 }
