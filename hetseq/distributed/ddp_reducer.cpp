@@ -275,7 +275,7 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
     clock_->on_launch(bytes);
     const auto start = detail::CommClock::Clock::now();
     std::shared_ptr<Tracer> tracer = clock_->current_tracer();
-    auto future = shm_->allreduce_sum_async(buffer, index);
+    auto future = shm_->allreduce_bucket_async(buffer, index);
     return future->then(
         [clock = clock_, index, bytes, start, tracer](c10::ivalue::Future& done) -> c10::IValue {
           clock->on_done(start);
@@ -393,13 +393,16 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
       largest_bucket = std::max(largest_bucket, b);
     }
     const size_t bound = std::min(total, std::max(largest_bucket, static_cast<size_t>(cap_bytes) + largest));
+    // Room for every bucket in its place (Note [Buckets in shared memory]), whatever the layout: all the
+    // parameters, and up to 63 bytes of alignment per bucket (a bucket has a parameter at least).
+    const size_t in_place = total + 64 * params_.size();
     if (shm_mode == SharedMemoryReduceMode::kOn) {
-      shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout);
+      shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout, in_place);
     } else {
       std::string why;
       bool segment_failed = false;
       shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why,
-                                            &segment_failed);
+                                            &segment_failed, in_place);
       if (!shm_ && segment_failed) {
         // The ranks could share memory but the segment could not be made: a slower run the user should hear of.
         log::warn("[reducer] rank {}: the ranks of this machine cannot sum their gradients through shared memory "
@@ -409,6 +412,15 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
       } else if (!shm_) {
         log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
       }
+    }
+    if (shm_) {
+      std::vector<int64_t> layout;  // [bucket] bytes
+      for (const auto& bucket : buckets) {
+        int64_t b = 0;
+        for (auto i : bucket) b += static_cast<int64_t>(bytes_of(static_cast<size_t>(i)));
+        layout.push_back(b);
+      }
+      shm_->set_bucket_layout(layout);
     }
     if (shm_ && rank_ == 0) {
       log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
@@ -456,6 +468,15 @@ void DistributedReducer::before_backward(int64_t index, int64_t count, const tor
       const std::vector<int64_t> sizes = logger_->get_bucket_sizes();
       num_buckets_ = static_cast<int64_t>(sizes.size());
       log::debug("[reducer] rank {}: buckets rebuilt in gradient order: [{}] bytes", rank_, fmt::join(sizes, ", "));
+      if (shm_) {
+        // The new buckets take new places, which may overlap the old: a gradient still viewing an old bucket
+        // there moves to memory of its own first (Note [Buckets in shared memory]).
+        for (auto& p : params_) {
+          torch::Tensor& grad = p.mutable_grad();
+          if (grad.defined() && shm_->holds(grad.data_ptr())) grad = grad.clone();
+        }
+        shm_->set_bucket_layout(sizes);
+      }
     }
   } catch (const c10::Error& e) {
     throw PeerError(fmt::format("rank {} of {}: the previous gradient reduction did not finish: {}", rank_,

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue_inl.h>
@@ -26,7 +27,9 @@ class SharedMemoryReduce {
   /// segment for buckets of up to `max_bytes` and every rank maps it; the name is unlinked once all have, so the
   /// memory goes when the last process does, also after a crash. A wait for a peer longer than `timeout`
   /// throws hetseq::PeerError naming the ranks that did not arrive.
-  SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout);
+  /// `bucket_bytes`: room per rank for the gradient buckets in place (allreduce_bucket_async; 0: none).
+  SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout,
+                     size_t bucket_bytes = 0);
   /// As the constructor, for --shared-memory-reduce auto: null, on every rank alike, where the ranks are not all
   /// on this machine, one of them is not `eligible` (its parameters are not on the CPU), or the segment cannot
   /// be made (`why` says which; `segment_failed`, where given, is set for the last: a full or small /dev/shm,
@@ -34,7 +37,8 @@ class SharedMemoryReduce {
   /// this rank is not eligible.
   static std::shared_ptr<SharedMemoryReduce> try_create(c10d::ProcessGroup& group, size_t max_bytes,
                                                         std::chrono::milliseconds timeout, bool eligible,
-                                                        std::string* why, bool* segment_failed = nullptr);
+                                                        std::string* why, bool* segment_failed = nullptr,
+                                                        size_t bucket_bytes = 0);
   ~SharedMemoryReduce();
   SharedMemoryReduce(const SharedMemoryReduce&) = delete;
   SharedMemoryReduce& operator=(const SharedMemoryReduce&) = delete;
@@ -46,21 +50,39 @@ class SharedMemoryReduce {
   /// future completes with [bucket], or with the PeerError.
   c10::intrusive_ptr<c10::ivalue::Future> allreduce_sum_async(const at::Tensor& bucket, int64_t index);
 
+  /// The gradient buckets' sizes in bytes, [bucket index], the same on every rank: the layout of the buckets'
+  /// own place in the segment (Note [Buckets in shared memory]), set again after a rebuild of the buckets.
+  /// Buckets past the segment's bucket_bytes (given to the constructor) keep to the copying reduction.
+  void set_bucket_layout(const std::vector<int64_t>& bytes);
+  /// Whether `data` points into this segment (a bucket that lives there, or a gradient that views one).
+  bool holds(const void* data) const;
+  /// allreduce_sum_async for gradient bucket `index` of the layout: the first time, the bucket's storage (and
+  /// so every gradient that views it) moves into the bucket's place in the segment, with its contents; from
+  /// then on backward writes the gradients there and the sum is made in place, with no copy in or out. A
+  /// bucket that does not fit the layout takes the copying path.
+  c10::intrusive_ptr<c10::ivalue::Future> allreduce_bucket_async(const at::Tensor& bucket, int64_t index);
+
   size_t max_bytes() const { return max_bytes_; }
 
  private:
   SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout, bool eligible,
-                     std::string* why);
+                     std::string* why, size_t bucket_bytes);
   struct Header;
+  struct Mapping;
   void barrier(int64_t index, const char* phase);
   char* slot(int half, int rank) const;
+  char* bucket_place(int rank, int64_t index) const;  // where rank's bucket `index` lives
+  void reduce_in_place(const at::Tensor& bucket, int64_t index);
 
   int rank_ = 0;
   int world_ = 1;
   size_t max_bytes_ = 0;     // per slot, rounded up to a page
   size_t mapped_bytes_ = 0;  // the whole segment
+  size_t bucket_bytes_ = 0;  // per rank, for the buckets in place (a multiple of the page)
+  std::vector<size_t> bucket_offsets_;  // [bucket] its place within a rank's bucket room; the last entry: the end
   std::chrono::milliseconds timeout_;
   void* base_ = nullptr;
+  std::shared_ptr<Mapping> mapping_;  // unmaps the segment once this object and every bucket moved there are gone
   Header* header_ = nullptr;
   bool segment_failed_ = false;  // the constructor could not make or map the segment
   uint64_t pid_namespace_ = 0;  // of this process, to tell which peers' process ids it can check
@@ -70,6 +92,7 @@ class SharedMemoryReduce {
   struct Job {
     at::Tensor bucket;
     int64_t index;
+    bool in_place;  // the bucket lives in the segment
     c10::intrusive_ptr<c10::ivalue::Future> done;
   };
   void work();

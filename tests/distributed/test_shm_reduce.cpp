@@ -66,6 +66,68 @@ TEST_CASE("a shared-memory reduction sums every bucket in rank order, the same b
   }
 }
 
+TEST_CASE("gradient buckets in shared memory: summed in place in rank order, seen through their views, and a "
+          "new layout",
+          "[distributed][shm]") {
+  OneIntraOpThread one_thread;
+  const int kWorld = GENERATE(2, 3, 4);
+  INFO(kWorld << " ranks");
+  // Two buckets as the Reducer makes them (flat, each with a view per "parameter"), of 5000 and 70 floats; then
+  // a rebuilt layout of one bucket of all 5070; bucket 9 fits no place and takes the copying path.
+  std::vector<std::vector<torch::Tensor>> got(kWorld);  // [rank][round] the buckets' values after the round
+  std::vector<int> moved(kWorld, 0), held_after(kWorld, 0), leftover(kWorld, -1);
+  std::vector<torch::Tensor> survivor(kWorld);  // a view that outlives the SharedMemoryReduce
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    const auto r = static_cast<size_t>(rank);
+    torch::Tensor view_of_first;
+    {
+      SharedMemoryReduce shm(*group, 8192 * sizeof(float), std::chrono::seconds(20), 5070 * sizeof(float) + 2 * 64);
+      shm.set_bucket_layout({5000 * sizeof(float), 70 * sizeof(float)});
+      std::vector<torch::Tensor> buckets{torch::empty({5000}), torch::empty({70})};
+      torch::Tensor grad = buckets[0].narrow(0, 10, 100);  // a gradient viewing bucket 0
+      for (int64_t round = 0; round < 3; ++round) {
+        for (size_t b = 0; b < buckets.size(); ++b) {
+          buckets[b].copy_(rank_values(rank, buckets[b].numel(), round * 10 + static_cast<int64_t>(b)));
+          auto done = shm.allreduce_bucket_async(buckets[b], static_cast<int64_t>(b));
+          done->wait();
+          REQUIRE(!done->hasError());
+          got[r].push_back(buckets[b].clone());
+        }
+      }
+      moved[r] = shm.holds(buckets[0].data_ptr()) && shm.holds(buckets[1].data_ptr()) && shm.holds(grad.data_ptr());
+      // The view reads the sum: the storage moved, not a copy of it.
+      held_after[r] = torch::equal(grad, buckets[0].narrow(0, 10, 100));
+      // A rebuilt layout: one bucket of everything, a new tensor as the Reducer would make.
+      shm.set_bucket_layout({5070 * sizeof(float)});
+      torch::Tensor all = torch::empty({5070});
+      all.copy_(rank_values(rank, 5070, 100));
+      shm.allreduce_bucket_async(all, 0)->wait();
+      got[r].push_back(all.clone());
+      torch::Tensor odd = rank_values(rank, 333, 200);  // index 9: no place in the layout
+      shm.allreduce_bucket_async(odd, 9)->wait();
+      got[r].push_back(odd.clone());
+      leftover[r] = shm.holds(odd.data_ptr()) ? 1 : 0;
+      view_of_first = all.narrow(0, 5000, 70);
+    }
+    survivor[r] = view_of_first;  // the segment is still mapped for it
+  });
+  std::vector<std::pair<int64_t, int64_t>> rounds;  // (elements, round seed) in the order of `got`
+  for (int64_t round = 0; round < 3; ++round) rounds.insert(rounds.end(), {{5000, round * 10}, {70, round * 10 + 1}});
+  rounds.insert(rounds.end(), {{5070, 100}, {333, 200}});
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    INFO("reduction " << i << " (" << rounds[i].first << " elements)");
+    torch::Tensor expected = rank_values(0, rounds[i].first, rounds[i].second).clone();
+    for (int r = 1; r < kWorld; ++r) expected.add_(rank_values(r, rounds[i].first, rounds[i].second));
+    for (int r = 0; r < kWorld; ++r) CHECK(torch::equal(got[static_cast<size_t>(r)][i], expected));
+  }
+  CHECK(moved == std::vector<int>(kWorld, 1));
+  CHECK(held_after == std::vector<int>(kWorld, 1));
+  CHECK(leftover == std::vector<int>(kWorld, 0));
+  torch::Tensor last = rank_values(0, 5070, 100).clone();
+  for (int r = 1; r < kWorld; ++r) last.add_(rank_values(r, 5070, 100));
+  for (int r = 0; r < kWorld; ++r) CHECK(torch::equal(survivor[static_cast<size_t>(r)], last.narrow(0, 5000, 70)));
+}
+
 TEST_CASE("a rank that never reaches a shared-memory reduction is a PeerError naming it, within the timeout",
           "[distributed][shm]") {
   OneIntraOpThread one_thread;
