@@ -376,8 +376,10 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
                                  "use auto or off",
                                  rank_, params_.front().device().str()));
   }
-  const bool try_shm = shm_mode == SharedMemoryReduceMode::kOn ||
-                       (shm_mode == SharedMemoryReduceMode::kAuto && options_.comm_hook == CommHook::kNone);
+  // A world of one (a torchrun job shrunk to one node) has nothing to sum.
+  const bool try_shm = world_size_ > 1 && (shm_mode == SharedMemoryReduceMode::kOn ||
+                                           (shm_mode == SharedMemoryReduceMode::kAuto &&
+                                            options_.comm_hook == CommHook::kNone));
   if (try_shm) {
     // Slots hold the largest bucket there can be: one of these, or a rebuilt one (at most the cap plus the
     // tensor that crossed it), never more than all parameters.

@@ -431,6 +431,7 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
   HETSEQ_ASSERT(bucket.is_contiguous() && bucket.device().is_cpu(), "bucket {} is not a contiguous CPU tensor", index);
   HETSEQ_ASSERT(bytes <= max_bytes_, "bucket {} has {} bytes, more than the {} of a shared-memory slot", index, bytes,
                 max_bytes_);
+  if (world_ == 1) return;  // the sum is the bucket, and the chunks below assume a second rank
   const int half = static_cast<int>(reductions_++ % 2);
   const auto options = bucket.options();
   const int64_t n = bucket.numel();
@@ -466,6 +467,7 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
 }
 
 void SharedMemoryReduce::reduce_in_place(const at::Tensor& bucket, int64_t index) {
+  if (world_ == 1) return;  // a world of one (a torchrun job shrunk to one node): the sum is the bucket
   barrier(index, "gradients written");
   const int64_t n = bucket.numel();
   const auto [lo, hi] = chunk_of(n, rank_, world_);

@@ -460,7 +460,7 @@ void TrainSession::build_loop() {
   vopts.num_workers = o_.dataset.num_workers;
   validator_ = std::make_unique<Validator>(*task_, channel_, schedule_->valid_plan(), vopts);
   TrainingLoopParts parts{controller_.get(), schedule_.get(), train_data_, valid_data_, validator_.get(),
-                          checkpointer_.get()};
+                          checkpointer_.get(), /*tracer=*/nullptr};  // set below with --trace-dir
   TrainingLoopOptions lopts;
   lopts.max_epoch = o_.optimization.max_epoch;
   lopts.max_update = o_.optimization.max_update;
