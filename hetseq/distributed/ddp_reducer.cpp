@@ -415,15 +415,6 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
         log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
       }
     }
-    if (shm_) {
-      std::vector<int64_t> layout;  // [bucket] bytes
-      for (const auto& bucket : buckets) {
-        int64_t b = 0;
-        for (auto i : bucket) b += static_cast<int64_t>(bytes_of(static_cast<size_t>(i)));
-        layout.push_back(b);
-      }
-      shm_->set_bucket_layout(layout);
-    }
     if (shm_ && rank_ == 0) {
       log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
                 "(--shared-memory-reduce; {} bytes a slot)",
@@ -440,6 +431,7 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // The Reducer reports errors and unused-parameter changes through a Logger it expects to exist.
   logger_ = std::make_shared<c10d::Logger>(reducer_);
   reducer_->set_logger(logger_);
+  if (shm_) shm_->set_bucket_layout(bucket_sizes());  // and again after a rebuild (before_backward)
   if (options_.comm_hook == CommHook::kPowerSgd) {
     if (options_.find_unused_parameters) {
       // The Reducer's own allreduce of the used parameters would interleave with PowerSGD's chained

@@ -295,11 +295,16 @@ SharedMemoryReduce::~SharedMemoryReduce() {
 
 c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_sum_async(const at::Tensor& bucket,
                                                                                  int64_t index) {
+  return enqueue(bucket, index, /*in_place=*/false);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::enqueue(const at::Tensor& bucket, int64_t index,
+                                                                     bool in_place) {
   auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
-    jobs_.push_back(Job{bucket, index, false, done});
+    jobs_.push_back(Job{bucket, index, in_place, done});
   }
   wake_.notify_one();
   return done;
@@ -324,14 +329,12 @@ char* SharedMemoryReduce::bucket_place(int rank, int64_t index) const {
 c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_bucket_async(const at::Tensor& bucket,
                                                                                     int64_t index) {
   const size_t bytes = static_cast<size_t>(bucket.numel()) * bucket.element_size();
+  const auto i = static_cast<size_t>(index);
   // The same answer on every rank: the layout, the bucket's size and how the Reducer allocated it are.
-  const bool fits = index >= 0 && static_cast<size_t>(index) + 1 < bucket_offsets_.size() &&
-                    bucket_offsets_[static_cast<size_t>(index) + 1] <= bucket_bytes_ && bucket.device().is_cpu() &&
-                    bucket.is_contiguous() && bucket.storage_offset() == 0 &&
-                    bucket.storage().nbytes() == bytes &&
-                    round_up(bytes, 64) == bucket_offsets_[static_cast<size_t>(index) + 1] -
-                                               bucket_offsets_[static_cast<size_t>(index)];
-  if (!fits) return allreduce_sum_async(bucket, index);
+  const bool fits = index >= 0 && i + 1 < bucket_offsets_.size() && bucket_offsets_[i + 1] <= bucket_bytes_ &&
+                    bucket_offsets_[i + 1] - bucket_offsets_[i] == round_up(bytes, 64) && bucket.device().is_cpu() &&
+                    bucket.is_contiguous() && bucket.storage_offset() == 0 && bucket.storage().nbytes() == bytes;
+  if (!fits) return enqueue(bucket, index, /*in_place=*/false);
   char* place = bucket_place(rank_, index);
   if (bucket.data_ptr() != place) {
     // Move the storage into its place (Note [Buckets in shared memory]); the old memory goes with its DataPtr.
@@ -341,14 +344,7 @@ c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_bucket_asy
         c10::DataPtr(place, keep, [](void* ctx) { delete static_cast<std::shared_ptr<Mapping>*>(ctx); },
                      c10::Device(c10::kCPU)));
   }
-  auto done = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
-    jobs_.push_back(Job{bucket, index, true, done});
-  }
-  wake_.notify_one();
-  return done;
+  return enqueue(bucket, index, /*in_place=*/true);
 }
 
 void SharedMemoryReduce::work() {

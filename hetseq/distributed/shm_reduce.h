@@ -73,6 +73,8 @@ class SharedMemoryReduce {
   char* slot(int half, int rank) const;
   char* bucket_place(int rank, int64_t index) const;  // where rank's bucket `index` lives
   void reduce_in_place(const at::Tensor& bucket, int64_t index);
+  // Queues a reduction for the worker thread (started by the first); the future completes with [bucket].
+  c10::intrusive_ptr<c10::ivalue::Future> enqueue(const at::Tensor& bucket, int64_t index, bool in_place);
 
   int rank_ = 0;
   int world_ = 1;

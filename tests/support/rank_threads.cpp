@@ -72,10 +72,9 @@ std::vector<std::exception_ptr> collect(int world, const RankBody& body, std::ch
         body(r, group);
       } catch (...) {
         errors[r] = std::current_exception();
-        std::lock_guard<std::mutex> lock(finished->mutex);
-        order.push_back(r);
       }
       std::lock_guard<std::mutex> lock(finished->mutex);
+      if (errors[r]) order.push_back(r);
       ++finished->count;
       finished->cv.notify_all();
     });
