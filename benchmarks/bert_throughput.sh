@@ -1,95 +1,190 @@
 #!/usr/bin/env bash
-# Tiny-BERT pretraining throughput (sequences/s) on CPU workers: hetseq-train --task bert on 1 and 2 workers vs
-# the same training in PyTorch's Python API (benchmarks/bert_python_peer.py, 1 and 2 workers with DDP/Gloo).
+# BERT pretraining throughput in the steady state: hetseq-train against a strong PyTorch peer, eager and compiled
+# (benchmarks/bert_python_peer.py), over a sweep of batch sizes; and the data path alone (benchmarks/bert_data.cpp).
 #
-#   benchmarks/bert_throughput.sh [--updates N] [--repeats R] [--batch B] [--config FILE] [--data DIR]
-#                                 [--build DIR] [--python PY] [--precision fp32|bf16|fp16]
+#   benchmarks/bert_throughput.sh [--device cpu|cuda] [--batches 16,32] [--warmup W] [--updates T]
+#                                 [--systems hetseq,peer,peer-compiled,data] [--compiled-batches LIST]
+#                                 [--config FILE] [--precision fp32|bf16] [--data DIR] [--build DIR] [--python PY]
+#                                 [--trace-dir DIR] [--data-batches N] [--deadline S]
 #
-# Each configuration (hetseq 1 worker, Python 1 worker, hetseq 2 workers, Python 2 workers) runs R times,
-# alternately (the order of hetseq and Python flips every repeat), N updates of B sequences per worker
-# (128 tokens each with the default data), Adam (lr 0.001, weight decay 0.01), no clipping, no validation, one
-# intra-op thread per worker. hetseq's figure is ups x bsz of its train_epoch JSON line (sequences over the span
-# from the first update's start to the last one's end); the peer times the same span. Prints every run, then
-# the medians, and the machine's 1-minute load average before each run.
+# Prints one JSON line per system and batch, with at least: system, batch, warmup_updates, timed_updates,
+# sequences_per_s, model_flops_per_sequence, flops_6nt_per_sequence, mfu_model, mfu_6nt (null where the device's
+# peak is unknown, e.g. a CPU), aten_ops_per_update, data_wait_ms, host_ms, device_ms, peak_memory_bytes; and one
+# line {"system":"hetseq-data","sequences_per_s":N,...}. hetseq's figures come from its --step-profile W,T (Note
+# [Step profile]); the peer measures the same way. FLOPs: benchmarks/bert_flops.py (formulas in
+# docs/BENCHMARKS.md). A batch that does not fit (out of memory) prints {"system":..,"batch":..,"error":".."}.
 #
-# --precision bf16 or fp16 runs both programs' forward passes under CPU autocast (hetseq-train --bf16 or
-# --fp16; the peer with torch.autocast, and a GradScaler for fp16).
+# Systems: data (the hetseq-data line, once, at the largest batch), hetseq (hetseq-train), hetseq-graph (hetseq-train --cuda-graph: Note [CUDA-graph updates]; on a CPU
+# it trains uncaptured, with padded batches), peer and peer-compiled (torch.compile, masked positions padded).
+# --compiled-batches: the batches at which peer-compiled runs (default: all of --batches; compiling takes minutes).
+# --deadline S: no run starts S seconds after the script did; those left print {"system":..,"error":"skipped..."}.
 #
-# Defaults: --updates 100, --repeats 3, --batch 16, --config configs/bert-tiny.json,
-# --data $HETSEQ_HOME/bert/jargon-128 (made by scripts/train_bert.sh), --build build,
-# --python $HETSEQ_PYTHON or ~/.cache/hetseq/venv-torch-2.11.0/bin/python. See docs/BENCHMARKS.md.
+# Defaults: --device cpu: configs/bert-tiny.json, fp32, batches 16,32, one intra-op thread and one loader thread
+# (this machine has two cores); --device cuda: configs/bert-base-uncased.json, bf16, batches 32,64,128,256,512.
+# --warmup 20, --updates 100. --data: the BERT example's shards (scripts/bert_data.sh makes them when missing).
+# --trace-dir DIR: hetseq also writes a Kineto trace of 5 updates after the warm-up of its first batch
+# (DIR/ops_rank0.json, and DIR/trace_rank0.json), for benchmarks/kineto_summary.py.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HETSEQ_HOME="${HETSEQ_HOME:-$HOME/.cache/hetseq}"
+DEVICE=cpu
+BATCHES=""
+WARMUP=20
 UPDATES=100
-REPEATS=3
-BATCH=16
-CONFIG="$ROOT/configs/bert-tiny.json"
-DATA="$HETSEQ_HOME/bert/jargon-128"
+SYSTEMS="hetseq,peer,peer-compiled,data"
+CONFIG=""
+PRECISION=""
+DATA=""
 BUILD="$ROOT/build"
 PY="${HETSEQ_PYTHON:-$HETSEQ_HOME/venv-torch-2.11.0/bin/python}"
-PRECISION=fp32
+TRACE_DIR=""
+DATA_BATCHES=2000
+COMPILED_BATCHES=""
+DEADLINE=0
+START=$(date +%s)
 
 die() { echo "bert_throughput: error: $*" >&2; exit 1; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
+    --device) DEVICE="$2"; shift 2 ;;
+    --batches) BATCHES="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;;
     --updates) UPDATES="$2"; shift 2 ;;
-    --repeats) REPEATS="$2"; shift 2 ;;
-    --batch) BATCH="$2"; shift 2 ;;
+    --systems) SYSTEMS="$2"; shift 2 ;;
     --config) CONFIG="$2"; shift 2 ;;
+    --precision) PRECISION="$2"; shift 2 ;;
     --data) DATA="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
     --python) PY="$2"; shift 2 ;;
-    --precision) PRECISION="$2"; shift 2 ;;
+    --trace-dir) TRACE_DIR="$2"; shift 2 ;;
+    --data-batches) DATA_BATCHES="$2"; shift 2 ;;
+    --compiled-batches) COMPILED_BATCHES="$2"; shift 2 ;;
+    --deadline) DEADLINE="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
+case "$DEVICE" in
+  cpu) : "${CONFIG:=$ROOT/configs/bert-tiny.json}" "${PRECISION:=fp32}" "${BATCHES:=16,32}"
+       THREADS=1; LOADERS=1; DEVICE_FLAGS=(--cpu) ;;
+  cuda) : "${CONFIG:=$ROOT/configs/bert-base-uncased.json}" "${PRECISION:=bf16}" "${BATCHES:=32,64,128,256,512}"
+        THREADS=0; LOADERS=4; DEVICE_FLAGS=(--device-id 0) ;;
+  *) die "--device: '$DEVICE' is not cpu or cuda" ;;
+esac
 case "$PRECISION" in
   fp32) PRECISION_FLAGS=() ;;
-  bf16|fp16) PRECISION_FLAGS=(--"$PRECISION") ;;
-  *) die "--precision: '$PRECISION' is not one of fp32, bf16, fp16" ;;
+  bf16) PRECISION_FLAGS=(--bf16) ;;
+  *) die "--precision: '$PRECISION' is not fp32 or bf16" ;;
 esac
 TRAIN="$BUILD/bin/hetseq-train"
 [ -x "$TRAIN" ] || die "$TRAIN not found; build first (scripts/build.sh)"
-ls "$DATA"/*train*.hdf5 >/dev/null 2>&1 || die "--data $DATA has no train shards; run scripts/train_bert.sh once"
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+[ -x "$PY" ] || die "no Python at $PY (scripts/setup.sh makes it; or --python)"
+if [ -z "$DATA" ]; then
+  DATA="$(HETSEQ_PYTHON="$PY" bash "$ROOT/scripts/bert_data.sh")" || die "scripts/bert_data.sh could not make the data"
+fi
+ls "$DATA"/*train*.hdf5 >/dev/null 2>&1 || die "--data $DATA has no train shards"
+[ "$DEVICE" = cpu ] && export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/bert_throughput.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-hetseq() {  # hetseq WORKERS -> sequences/s
-  local dist=()
-  [ "$1" -gt 1 ] && dist=(--distributed-world-size "$1" --distributed-gpus "$1" --distributed-init-method tcp://127.0.0.1:0)
-  "$TRAIN" --task bert --data "$DATA" --config_file "$CONFIG" --cpu "${dist[@]}" --max-sentences "$BATCH" \
-    --max-update "$UPDATES" --optimizer adam --lr 0.001 --weight-decay 0.01 --clip-norm 0 --lr_scheduler fixed \
-    --disable-validation --no-save --log-format json --log-interval 1000000 --intra-op-threads 1 --num-workers 1 \
-    --no-progress-bar "${PRECISION_FLAGS[@]}" >"$WORK/out" 2>"$WORK/err" || { tail -n 5 "$WORK/err" >&2; die "hetseq-train failed"; }
-  "$PY" -c '
+# emit SYSTEM BATCH FILE: the figures of FILE (hetseq's step_profile and train_epoch lines, or the peer's line) as
+# one JSON line with the FLOP counts and MFU of bert_flops.py.
+emit() {
+  "$PY" - "$1" "$2" "$3" "$CONFIG" "$DEVICE" "$PRECISION" "$ROOT/benchmarks" <<'PYEOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "\"train_epoch\"" in l]
-r = rows[-1]
-assert int(r["num_updates"]) == int(sys.argv[2]), "hetseq ran another number of updates (epoch too short?)"
-print("%.1f" % (float(r["ups"]) * float(r["bsz"])))' "$WORK/out" "$UPDATES"
+system, batch, path, config_path, device, precision, benchmarks = sys.argv[1:8]
+sys.path.insert(0, benchmarks)
+import bert_flops
+rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+config = json.load(open(config_path))
+if system.startswith("hetseq"):
+    prof = [r for r in rows if r.get("tag") == "step_profile"][-1]
+    epoch = [r for r in rows if r.get("tag") in ("train_epoch", "train")][-1]
+    out = {"system": system, "batch": int(batch), "workers": 1, "seq_length": 128,
+           "warmup_updates": prof["warmup_updates"], "timed_updates": prof["timed_updates"],
+           "sequences_per_s": prof["samples_per_s"],
+           "masked_per_sequence": float(epoch["wpb"]) / float(epoch["bsz"]),
+           "aten_ops_per_update": prof["aten_ops_per_update"],
+           "aten_top_ops_per_update": prof.get("aten_top_ops_per_update"),
+           "host_reads_per_update": prof["host_reads_per_update"],
+           "data_wait_ms": prof["data_wait_ms"], "host_ms": prof["host_ms"], "device_ms": prof["device_ms"],
+           "peak_memory_bytes": prof["peak_memory_bytes"], "final_loss": epoch.get("loss")}
+else:
+    out = dict(rows[-1])
+    out["system"] = system
+out["device"] = device
+out["precision"] = precision
+seq = int(out.get("seq_length", 128))
+out["model_flops_per_sequence"] = bert_flops.model_flops_per_sequence(config, seq, out["masked_per_sequence"])
+out["flops_6nt_per_sequence"] = bert_flops.flops_6nt_per_sequence(config, seq)
+peak = None
+if device == "cuda":
+    import torch
+    peak = bert_flops.peak_flops(torch.cuda.get_device_name(0), precision)
+for key, per in (("mfu_model", "model_flops_per_sequence"), ("mfu_6nt", "flops_6nt_per_sequence")):
+    out[key] = None if peak is None else out["sequences_per_s"] * out[per] / peak
+print(json.dumps(out), flush=True)
+PYEOF
 }
-python_peer() {  # python_peer WORKERS -> sequences/s
-  "$PY" "$ROOT/benchmarks/bert_python_peer.py" --data "$DATA" --config "$CONFIG" --updates "$UPDATES" \
-    --batch-size "$BATCH" --workers "$1" --precision "$PRECISION" >"$WORK/out" 2>"$WORK/err" || { tail -n 5 "$WORK/err" >&2; die "peer failed"; }
-  "$PY" -c 'import json, sys; print("%.1f" % json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["sequences_per_s"])' "$WORK/out"
-}
-median() { "$PY" -c 'import statistics, sys; print("%.1f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
 
-echo "tiny BERT throughput: $UPDATES updates of $BATCH sequences per worker, $(basename "$CONFIG"), $PRECISION, data $DATA"
-for workers in 1 2; do
-  h=(); p=()
-  for ((r = 1; r <= REPEATS; r++)); do
-    for side in $( ((r % 2)) && echo "hetseq python" || echo "python hetseq"); do
-      load="$(cut -d' ' -f1 /proc/loadavg)"
-      if [ "$side" = hetseq ]; then v="$(hetseq "$workers")"; h+=("$v"); else v="$(python_peer "$workers")"; p+=("$v"); fi
-      printf '  %d worker(s)  run %d  %-7s %8s seq/s   (load before: %s)\n' "$workers" "$r" "$side" "$v" "$load"
-    done
+failed() {  # failed SYSTEM BATCH LOG: a run that did not finish, as one JSON line
+  "$PY" -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "batch": int(sys.argv[2]), "error": sys.argv[3]}))' \
+    "$1" "$2" "$(grep -m1 -io 'out of memory[^"]*' "$3" | head -c 200 || tail -n 1 "$3" | head -c 200)"
+}
+
+first=1
+IFS=, read -r -a batch_list <<<"$BATCHES"
+IFS=, read -r -a system_list <<<"$SYSTEMS"
+: "${COMPILED_BATCHES:=$BATCHES}"
+for batch in "${batch_list[@]}"; do
+  for system in "${system_list[@]}"; do
+    [ "$system" = data ] && continue
+    if [ "$system" = peer-compiled ] && [[ ",$COMPILED_BATCHES," != *",$batch,"* ]]; then continue; fi
+    if [ "$DEADLINE" -gt 0 ] && [ $(( $(date +%s) - START )) -ge "$DEADLINE" ]; then
+      "$PY" -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "batch": int(sys.argv[2]), "error": "skipped: past --deadline"}))' "$system" "$batch"
+      continue
+    fi
+    case "$system" in
+      hetseq|hetseq-graph)
+        trace=()
+        graph=()
+        [ "$system" = hetseq-graph ] && graph=(--cuda-graph)
+        if [ -n "$TRACE_DIR" ] && [ "$first" = 1 ] && [ "$system" = hetseq ]; then
+          trace=(--trace-dir "$TRACE_DIR" --trace-updates "$((WARMUP + 1)):$((WARMUP + 5))" --trace-ops)
+        fi
+        threads=()
+        [ "$THREADS" -gt 0 ] && threads=(--intra-op-threads "$THREADS")
+        if "$TRAIN" --task bert --data "$DATA" --config_file "$CONFIG" "${DEVICE_FLAGS[@]}" --max-sentences "$batch" \
+             --max-update "$((WARMUP + UPDATES))" --step-profile "$WARMUP,$UPDATES" --optimizer adam --lr 1e-4 \
+             --weight-decay 0.01 --clip-norm 1.0 --lr_scheduler fixed --max_pred_length 20 --disable-validation \
+             --no-save --log-format json --log-interval 1000000 --num-workers "$LOADERS" --no-progress-bar \
+             "${threads[@]}" "${PRECISION_FLAGS[@]}" "${trace[@]}" "${graph[@]}" >"$WORK/out" 2>"$WORK/err"; then
+          emit "$system" "$batch" "$WORK/out"
+          [ "$system" = hetseq ] && first=0
+          grep -h '\[cuda-graph\]' "$WORK/err" >&2 || true
+        else
+          failed "$system" "$batch" "$WORK/err"
+        fi ;;
+      peer|peer-compiled)
+        compile=()
+        [ "$system" = peer-compiled ] && compile=(--compile)
+        if "$PY" "$ROOT/benchmarks/bert_python_peer.py" --data "$DATA" --config "$CONFIG" --device "$DEVICE" \
+             --precision "$PRECISION" --batch-size "$batch" --warmup "$WARMUP" --updates "$UPDATES" \
+             --lr 1e-4 --weight-decay 0.01 --clip-norm 1.0 \
+             --threads "$([ "$THREADS" -gt 0 ] && echo "$THREADS" || nproc)" --loader-workers "$LOADERS" \
+             "${compile[@]}" >"$WORK/out" 2>"$WORK/err"; then
+          emit "$system" "$batch" "$WORK/out"
+        else
+          failed "$system" "$batch" "$WORK/err"
+        fi ;;
+      *) die "--systems: unknown system '$system' (hetseq, hetseq-graph, peer, peer-compiled, data)" ;;
+    esac
   done
-  mh="$(median "${h[@]}")"; mp="$(median "${p[@]}")"
-  printf '%d worker(s): hetseq %s seq/s, python %s seq/s (medians), ratio hetseq/python %s\n' "$workers" "$mh" "$mp" \
-    "$("$PY" -c "print('%.2f' % ($mh / $mp))")"
 done
+# The data path alone: one rank's collate and pinning at the largest batch of the sweep.
+if [[ ",$SYSTEMS," == *",data,"* ]]; then
+  DATA_BIN="$BUILD/bin/bert-data"
+  [ -x "$DATA_BIN" ] || die "$DATA_BIN not found; build it (scripts/build.sh builds every target)"
+  "$DATA_BIN" --data "$DATA" --batch "${batch_list[-1]}" --batches "$DATA_BATCHES" --workers 2 --ahead 8
+fi

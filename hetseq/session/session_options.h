@@ -32,6 +32,8 @@ struct CommonOptions {
   /// fixed size, so that two runs on the same GPU, or a run and its resume, end bit-equal. Costs speed; no
   /// effect on the CPU, whose kernels already are. See Note [Deterministic GPU kernels] (session/train.cpp).
   bool deterministic = false;
+  /// --cuda-graph: updates replayed from a CUDA graph (Note [CUDA-graph updates], train/controller.cpp).
+  bool cuda_graph = false;
 };
 
 /// What CommonOptions sets for the whole process: LibTorch's intra-op threads and --deterministic. Call
@@ -95,6 +97,8 @@ struct ObserveOptions {
   std::optional<std::string> trace_dir;           // --trace-dir: each rank's timeline
   int64_t trace_first = 1, trace_last = 100;      // --trace-updates A:B
   bool trace_ops = false;                         // --trace-ops: LibTorch's op-level profiler too
+  int64_t step_profile_warmup = 0;                // --step-profile WARMUP,TIMED (TIMED 0: off);
+  int64_t step_profile_timed = 0;                 // see Note [Step profile]
   std::optional<std::string> tensorboard_logdir;  // --tensorboard-logdir
   std::optional<std::string> json_log;            // --json-log FILE
 };

@@ -28,6 +28,7 @@
 #include "hetseq/train/progress_observer.h"
 #include "hetseq/train/sharded_optimizer.h"
 #include "hetseq/train/sample_id_observer.h"
+#include "hetseq/train/step_profile.h"
 #include "hetseq/distributed/clock_sync.h"
 #include "hetseq/observe/json_log_sink.h"
 #include "hetseq/balance/rank_summary.h"
@@ -132,6 +133,7 @@ void TrainSession::build_model(const TaskFactory& make_task) {
   TaskContext context;
   context.device = world_.device();
   context.seed = o_.common.seed;
+  context.static_shapes = o_.common.cuda_graph;
   task_ = make_task(context);
   HETSEQ_ASSERT(task_ != nullptr, "the task factory of '{}' returned no task", o_.common.task);
   const CheckpointOptions& ck = o_.checkpoint;
@@ -273,6 +275,7 @@ void TrainSession::build_controller() {
   copts.seed = o_.common.seed;
   copts.rank = world_.rank();
   copts.device = world_.device();
+  copts.cuda_graph = o_.common.cuda_graph;
   const MixedPrecisionOptions& mp = o_.mixed_precision;
   copts.precision = mp.precision;
   if (mp.precision == Precision::kFloat16) {
@@ -500,6 +503,14 @@ void TrainSession::add_observers() {
     loop_->add_observer(std::make_shared<SampleIdObserver>(*o_.checkpoint.dump_sample_ids, world_.rank()));
   }
   add_balancer();
+  if (o_.observe.step_profile_timed > 0) {
+    StepProfileOptions p;
+    p.warmup = o_.observe.step_profile_warmup;
+    p.timed = o_.observe.step_profile_timed;
+    p.device = world_.device();
+    p.rank = world_.rank();
+    loop_->add_observer(std::make_shared<StepProfile>(p));
+  }
   if (world_.distributed()) {
     RankSummaryOptions r;
     r.log_interval = o_.common.log_interval;

@@ -67,6 +67,9 @@ LogSums host_log(const StepOutput& step);
 struct TaskContext {
   torch::Device device = torch::kCPU;
   uint64_t seed = 1;
+  /// The training step is replayed from a CUDA graph (--cuda-graph): a task that can should give every
+  /// full batch the same fields and shapes (BERT pads its masked positions to a fixed count).
+  bool static_shapes = false;
 };
 
 /// A kind of training job: builds the model, loads splits, computes the loss. A task lives in its own

@@ -6,6 +6,8 @@
 #include <tuple>
 #include <vector>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 
@@ -18,6 +20,14 @@ void add_into(LogSums& into, const LogSums& from) {
 
 // Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
 // run draws what the uninterrupted one drew.
+InputError diverged(int64_t update, double gnorm) {
+  return InputError(fmt::format(
+      "update {}: the gradient norm is {} on every rank, so the update would ruin the model. The loss diverged "
+      "(lower --lr or use --clip-norm), or, with --ddp-comm-hook fp16, the summed gradients overflowed "
+      "float16's range on the wire (use --ddp-comm-hook bf16, or --fp16 whose loss scaling skips such updates)",
+      update, gnorm));
+}
+
 uint64_t update_seed(uint64_t seed, int64_t num_updates, int64_t rank) {
   uint64_t x = seed ^ (static_cast<uint64_t>(num_updates) * 0x9E3779B97F4A7C15ULL) ^
                (static_cast<uint64_t>(rank) * 0xC2B2AE3D27D4EB4FULL);
@@ -44,6 +54,27 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
   }
   check_precision_supported(options_.precision, options_.device, "--" + to_string(options_.precision));
   if (options_.loss_scaling) scaler_ = std::make_unique<DynamicLossScaler>(*options_.loss_scaling);
+  if (options_.cuda_graph) {
+    std::string why;
+    if (channel_->world_size() > 1) {
+      why = fmt::format("{} ranks: the gradient reduction and the statistics of a distributed update go through the "
+                        "process group, which hetseq does not capture",
+                        channel_->world_size());
+    } else if (scaler_) {
+      why = "--fp16's loss scaling decides on the host, after each update, whether it is skipped";
+    } else if (!options_.read_late) {
+      why = "the update's values are read inside it (ControllerOptions::read_late is off)";
+    } else {
+      graph_ = make_graph_capture(options_.device, why);
+    }
+    if (graph_) {
+      graph_state_ = GraphState::kWarmUp;
+      log::info("[cuda-graph] updates of one micro-batch of one shape: one eager warm-up update, then forward, "
+                "backward and clipping captured once and replayed");
+    } else {
+      log::warn("[cuda-graph] not captured: {}; training goes on uncaptured", why);
+    }
+  }
 }
 
 // Note [Weighted averaging]
@@ -86,6 +117,22 @@ void Controller::set_tracer(std::shared_ptr<Tracer> tracer) {
 
 UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   HETSEQ_ASSERT(!micro_batches.empty(), "an update with no micro-batches");
+  if (graph_state_ == GraphState::kOff || !fits_graph(micro_batches)) return eager_update(micro_batches);
+  switch (graph_state_) {
+    case GraphState::kWarmUp: {
+      UpdateResult result;
+      graph_->warm_up([&] { result = eager_update(micro_batches); });
+      graph_state_ = GraphState::kCapture;
+      return result;
+    }
+    case GraphState::kCapture:
+      return capture_update(micro_batches.front().to(options_.device));
+    default:
+      return replay_update(micro_batches.front().to(options_.device));
+  }
+}
+
+UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
   meters_.train_wall.start();
   model_->train();
   torch::manual_seed(update_seed(options_.seed, num_updates_, options_.rank));
@@ -130,9 +177,211 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   }
   ++num_updates_;
   lr_scheduler_->step_update(num_updates_);
-  update_meters(result);
+  if (result.late) {
+    // The previous update's values have long been computed; this one's are read after the next update.
+    read_late_update();
+    keep_late(result, late_norm_);
+  } else {
+    update_meters(result);
+  }
   meters_.train_wall.stop();
   return result;
+}
+
+// Note [CUDA-graph updates]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With batches of one shape, an update launches the same kernels with the same arguments every time: on a GPU
+// with a batch that is small for it, launching them costs more than running them. --cuda-graph records the
+// kernels of an update once into a CUDA graph and replays it (at::cuda::CUDAGraph):
+// - when: a world of one, no --fp16 loss scaling (its skip decision is the host's), updates of one micro-batch;
+//   the task pads its batches to one shape (TaskContext::static_shapes; BERT: Note [Static BERT batches]).
+//   Elsewhere the constructor prints one line saying why, and every update is eager.
+// - what: zeroing the gradients, the forward pass (under autocast, its cast cache off while capturing), the
+//   backward pass, the division by the sample count, the gradient norm and the clip, decided on the device
+//   (Note [Reading an update late]). The graph's inputs are static device tensors that each replay first
+//   copies its batch into; its outputs (the statistics, the norm) live in the graph's memory and are copied to
+//   the host after each replay as an eager update's are.
+// - order: the first fitting update runs eagerly on the capture stream (cuBLAS's and cuDNN's lazy set-up
+//   happens there, outside a capture, and the optimizer makes its state); the second is captured and then
+//   replayed; every later one is replayed. A batch of another shape (the short last batch of an epoch) trains
+//   eagerly in between; the line that says so comes once.
+// - dropout: the update's seed is set before each replay; the graph reads the CUDA generator's seed and offset
+//   when it is replayed, so each update draws its own masks.
+// - the optimizer step runs eagerly after the replay: hetseq's Adam passes the fused kernel an epsilon that
+//   depends on the step count (Note [Fused Adam]), a host number that a graph would freeze. It is a handful of
+//   multi-tensor launches; the forward and backward passes are the thousand-odd launches that a graph saves.
+// - the host statistics (sample_size, ...) are those of the captured update: the task's contract for static
+//   shapes is that they depend on the batch's shape only (BERT counts its masked tokens on the device then).
+
+bool Controller::fits_graph(const std::vector<Batch>& micro_batches) {
+  const Batch& batch = micro_batches.front();
+  bool fits = micro_batches.size() == 1 && !batch.empty();
+  if (fits && graph_state_ != GraphState::kWarmUp && graph_state_ != GraphState::kCapture) {
+    fits = batch.num_samples == graph_batch_.num_samples && batch.fields.size() == graph_batch_.fields.size();
+    for (const auto& [name, tensor] : graph_batch_.fields) {
+      const auto it = batch.fields.find(name);
+      fits = fits && it != batch.fields.end() && it->second.sizes() == tensor.sizes() &&
+             it->second.scalar_type() == tensor.scalar_type();
+    }
+  }
+  if (!fits && !graph_shape_told_) {
+    graph_shape_told_ = true;
+    log::info("[cuda-graph] update {} has {} micro-batch(es) of {} samples, not one of the captured shape: it and "
+              "any other such update train uncaptured",
+              num_updates_ + 1, micro_batches.size(), batch.num_samples);
+  }
+  return fits;
+}
+
+UpdateResult Controller::capture_update(const Batch& batch) {
+  {
+    torch::NoGradGuard no_grad;
+    graph_batch_ = Batch();
+    graph_batch_.num_samples = batch.num_samples;
+    graph_batch_.counts = batch.counts;
+    for (const auto& [name, tensor] : batch.fields) graph_batch_.fields.emplace(name, tensor.clone());
+  }
+  model_->train();
+  torch::manual_seed(update_seed(options_.seed, num_updates_, options_.rank));
+  try {
+    graph_->capture([&] {
+      optimizer_->zero_grad();
+      LogSums local;
+      LogTensors local_tensors;
+      bool called = false;
+      const Task::Backward backward = [&](const StepOutput& step) {
+        for (const auto& [name, value] : step.log) {
+          if (name != "sample_size") local[name] += value;
+        }
+        local["sample_size"] += step.sample_size;
+        add_log_tensors(local_tensors, logged_tensors(step));
+        called = true;
+        run_backward(step.loss, 0, 1, 1.0);
+      };
+      {
+        const AutocastGuard autocast(options_.device, options_.precision);
+        task_.train_step(*model_, graph_batch_, backward);
+      }
+      if (!called) {
+        throw InputError("--cuda-graph: the task's train_step returned without calling the Backward it was given");
+      }
+      UpdateResult captured;
+      captured.loss_scale = 1.0;
+      normalise_and_clip(sum_or(local, "sample_size"), captured);
+      graph_host_log_ = std::move(local);
+      graph_tensors_ = std::move(local_tensors);
+      graph_norm_ = late_norm_;
+    });
+  } catch (const c10::Error& e) {
+    graph_state_ = GraphState::kOff;
+    graph_ = nullptr;
+    graph_batch_ = Batch();
+    log::warn("[cuda-graph] not captured: the update could not be recorded ({}); training goes on uncaptured",
+              e.what_without_backtrace());
+    return eager_update({batch});
+  }
+  graph_state_ = GraphState::kReplay;
+  log::info("[cuda-graph] update {} captured: {} samples a batch, replayed from now on", num_updates_ + 1,
+            batch.num_samples);
+  return replay_update(batch);
+}
+
+UpdateResult Controller::replay_update(const Batch& batch) {
+  meters_.train_wall.start();
+  model_->train();
+  torch::manual_seed(update_seed(options_.seed, num_updates_, options_.rank));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, tensor] : graph_batch_.fields) tensor.copy_(batch.fields.at(name), /*non_blocking=*/true);
+  }
+  UpdateResult result;
+  result.loss_scale = 1.0;
+  reducer_->before_forward();
+  channel_->start_update(graph_host_log_, stop_vote_);
+  {
+    const TraceSpan span(tracer_.get(), "graph_replay");
+    graph_->replay();
+  }
+  reducer_->finish_update();
+  UpdateAgreement agreed = channel_->finish_update();
+  result.sums = std::move(agreed.sums);
+  result.stop_agreed = agreed.stop;
+  result.late_stat_rounds = agreed.late_rounds;
+  result.reduction = reducer_->last_timing();
+  late_tensors_ = graph_tensors_;
+  late_norm_ = graph_norm_;
+  result.gnorm = std::nan("");
+  result.late = true;
+  {
+    const TraceSpan span(tracer_.get(), "optimizer");
+    optimizer_->step();
+  }
+  ++num_updates_;
+  lr_scheduler_->step_update(num_updates_);
+  read_late_update();
+  keep_late(result, late_norm_);
+  meters_.train_wall.stop();
+  return result;
+}
+
+// Note [Reading an update late]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A host that reads a device value inside an update waits for the device to get there, and the device then
+// idles while the host launches the rest of the update: on a GPU with small kernels most of the update's
+// time. The host needs two kinds of device values:
+// - the gradient norm, for clipping: the clip coefficient min(1, clip / (norm + 1e-6)), exactly where
+//   norm > clip as before, is a device tensor that multiplies the gradients (one foreach call per device and
+//   dtype); the norm is read only for the log.
+// - the task's device statistics (losses, correct counts; Note [Statistics on the device]), for the log.
+//   In a world of one no rank has to add them up, so they stay on the device too. With several ranks the
+//   channel's round sums them with the sample counts at the last backward (Note [Stat sync]), so they are
+//   read there, once.
+// At the end of an update its late values (the statistics, then the norm) are stacked into one float64
+// tensor and copied without blocking into pinned host memory, with an event recorded after the copy; the
+// host reads them at the end of the next update, when the device has long finished them, and adds them
+// to the meters then. train_stats() (the log), meter_state() and state() (checkpoints) and the epoch's end
+// read the last update at once. A norm that is not finite is the same error as before, one update later:
+// the model is ruined either way, and no checkpoint is written after it, since state() reads first.
+// Under --fp16 the host reads the norm at once: whether the update is skipped decides the update count,
+// the learning rate and the loss scale of the next update on the host (Note [Loss scaling]).
+void Controller::keep_late(UpdateResult result, const torch::Tensor& norm) {
+  torch::NoGradGuard no_grad;
+  PendingUpdate p;
+  std::vector<torch::Tensor> values;  // [value] float64 scalars on the device
+  for (const auto& [name, value] : late_tensors_) {
+    p.names.push_back(name);
+    values.push_back(value.detach().reshape({}).to(torch::kFloat64));
+  }
+  late_tensors_.clear();
+  values.push_back(norm.reshape({}));
+  const torch::Tensor on_device = torch::stack(values);
+  const bool cuda = on_device.is_cuda();
+  p.values = torch::empty({on_device.size(0)}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(cuda));
+  p.values.copy_(on_device, /*non_blocking=*/true);
+  if (cuda) {
+    const c10::impl::VirtualGuardImpl impl(on_device.device().type());
+    p.copied = std::make_shared<c10::Event>(on_device.device().type());
+    p.copied->record(impl.getStream(on_device.device()));
+  }
+  p.update = num_updates_;
+  p.result = std::move(result);
+  pending_ = std::move(p);
+}
+
+std::optional<UpdateResult> Controller::read_late_update() {
+  if (!pending_) return std::nullopt;
+  PendingUpdate p = std::move(*pending_);
+  pending_.reset();
+  if (p.copied) p.copied->synchronize();
+  const double* values = p.values.const_data_ptr<double>();  // host memory, written by the copy
+  for (size_t i = 0; i < p.names.size(); ++i) p.result.sums[p.names[i]] += values[i];
+  const double gnorm = values[p.names.size()];
+  if (!std::isfinite(gnorm)) throw diverged(p.update, gnorm);
+  p.result.gnorm = gnorm;
+  p.result.clipped = options_.clip_norm > 0 && gnorm > options_.clip_norm;
+  p.result.late = false;
+  update_meters(p.result);
+  return std::move(p.result);
 }
 
 void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads) {
@@ -168,7 +417,11 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
           last_log = step.log;
           last_sample_size = step.sample_size;
         }
-        if (add_to_host(local, local_tensors)) ++host_reads;
+        if (reads_late() && channel_->world_size() == 1) {
+          late_tensors_ = local_tensors;  // read after the next update (Note [Reading an update late])
+        } else if (add_to_host(local, local_tensors)) {
+          ++host_reads;
+        }
         channel_->start_update(local, stop_vote_);
       }
       run_backward(step.loss, k, count, loss_scale);
@@ -231,8 +484,9 @@ torch::Tensor Controller::zero_loss() {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // After the reduction every gradient is divided by N * S, its norm is taken, the norm is checked for overflow
 // and the gradients are clipped, through foreach kernels: per group of gradients with one device and dtype,
-// one call divides, one computes the per-tensor norms and one clips; one reduction combines the norms and the
-// host reads the result once.
+// one call divides, one computes the per-tensor norms and one clips; one reduction combines the norms, and the
+// host reads the result once: at once under --fp16, after the next update otherwise (Note [Reading an update
+// late], where the clip is decided on the device).
 // - The norm accumulates in float64, as the per-tensor `g.to(kFloat64).norm()` it replaced did; on a CPU,
 //   _foreach_norm(grads, 2, kFloat64) is bit-equal to that (the same float64 reduction per tensor), so the
 //   logged gnorm, the clip scale and the parameters are unchanged. The per-tensor norms are combined in
@@ -273,20 +527,28 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
     for (size_t k = 0; k < group_norms.size(); ++k) norms[group.positions[k]] = group_norms[k];
   }
   const torch::Tensor norm = count == 0 ? torch::zeros({}, torch::kFloat64) : torch::stack(norms).norm();
+  if (reads_late()) {
+    // See Note [Reading an update late]: the same clip as below, decided on the device.
+    if (options_.clip_norm > 0) {
+      const torch::Tensor clip = at::scalar_tensor(options_.clip_norm, norm.options());
+      const torch::Tensor coefficient = at::where(norm.gt(clip), clip.div(norm.add(1e-6)), at::ones_like(norm));
+      for (auto& [key, group] : groups) {
+        at::_foreach_mul_(group.grads, coefficient.to(group.grads.front().scalar_type()));
+      }
+    }
+    late_norm_ = norm;
+    result.gnorm = std::nan("");
+    result.late = true;
+    return;
+  }
   result.gnorm = norm.item<double>();
   ++result.host_reads;
   if (scaler_ && !std::isfinite(result.gnorm)) {
     result.skipped = true;
     return;
   }
-  if (!std::isfinite(result.gnorm)) {
-    // Stepping would write inf or NaN into every parameter; the run is over either way.
-    throw InputError(fmt::format(
-        "update {}: the gradient norm is {} on every rank, so the update would ruin the model. The loss diverged "
-        "(lower --lr or use --clip-norm), or, with --ddp-comm-hook fp16, the summed gradients overflowed "
-        "float16's range on the wire (use --ddp-comm-hook bf16, or --fp16 whose loss scaling skips such updates)",
-        num_updates_ + 1, result.gnorm));
-  }
+  // Stepping would write inf or NaN into every parameter; the run is over either way.
+  if (!std::isfinite(result.gnorm)) throw diverged(num_updates_ + 1, result.gnorm);
   if (options_.clip_norm > 0 && result.gnorm > options_.clip_norm) {
     const double scale = options_.clip_norm / (result.gnorm + 1e-6);
     for (auto& [key, group] : groups) at::_foreach_mul_(group.grads, scale);
@@ -319,7 +581,8 @@ void Controller::set_num_updates(int64_t n) {
   lr_scheduler_->step_update(n);
 }
 
-std::map<std::string, double> Controller::meter_state() const {
+std::map<std::string, double> Controller::meter_state() {
+  read_late_update();
   std::map<std::string, double> out = meters_.state();
   for (const auto& [k, v] : epoch_sums_) out["epoch_sums." + k] = v;
   return out;
@@ -335,11 +598,13 @@ void Controller::load_meter_state(const std::map<std::string, double>& state) {
 }
 
 void Controller::reset_epoch_meters() {
+  read_late_update();
   meters_.reset_epoch();
   epoch_sums_.clear();
 }
 
-std::vector<Stat> Controller::train_stats() const {
+std::vector<Stat> Controller::train_stats() {
+  read_late_update();
   std::vector<Stat> stats;
   const double nll = meters_.nll_loss.avg();
   stats.push_back({"loss", meters_.loss.avg()});

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include <c10/core/Event.h>
 #include <torch/nn/module.h>
 
 #include "hetseq/optim/lr_scheduler.h"
@@ -13,6 +14,7 @@
 #include "hetseq/observe/tracer.h"
 #include "hetseq/distributed/collective_channel.h"
 #include "hetseq/distributed/gradient_reducer.h"
+#include "hetseq/train/graph_capture.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
 #include "hetseq/train/precision.h"
@@ -30,13 +32,24 @@ struct ControllerOptions {
   Precision precision = Precision::kFloat32;  // --fp16, --bf16: the forward passes' autocast
   /// Dynamic loss scaling (set with --fp16; allowed with any precision). See Note [Loss scaling].
   std::optional<LossScalerOptions> loss_scaling;
+  /// Read the device's values of an update (gradient norm, statistics) after the next update, not inside
+  /// it (Note [Reading an update late]); ignored under loss scaling. False: each UpdateResult is complete
+  /// when train_update returns, at the price of the host waiting for the device twice an update (for
+  /// programs whose observers need every update's loss at once).
+  bool read_late = true;
+  /// --cuda-graph: replay updates of one shape from a CUDA graph (Note [CUDA-graph updates]); where the
+  /// run cannot be captured, one line says why and it trains uncaptured.
+  bool cuda_graph = false;
 };
 
 /// What one update did, after reduction over all ranks.
 struct UpdateResult {
-  LogSums sums;         // summed over micro-batches and ranks
-  double gnorm = 0;     // gradient norm before clipping (inf or NaN when the update overflowed)
+  LogSums sums;         // summed over micro-batches and ranks (without the device's values when `late`)
+  double gnorm = 0;     // gradient norm before clipping (inf or NaN when the update overflowed; NaN when `late`)
   bool clipped = false;
+  /// The update's device values (gradient norm, clipping, the task's device statistics) are read later,
+  /// into the meters, without making the host wait for the device here. See Note [Reading an update late].
+  bool late = false;
   /// The gradients overflowed under loss scaling: no step was taken, the update count did not move,
   /// and the loss scale went down. Every rank gets the same answer. See Note [Loss scaling].
   bool skipped = false;
@@ -81,8 +94,13 @@ class Controller {
   void set_num_updates(int64_t n);
 
   /// The statistics of the epoch so far, as logged (loss, nll_loss, ppl, wps, ups, wpb, bsz,
-  /// num_updates, lr, gnorm, clip, train_wall, wall, and the task's derived metrics).
-  std::vector<Stat> train_stats() const;
+  /// num_updates, lr, gnorm, clip, train_wall, wall, and the task's derived metrics). Reads the last
+  /// update's late values first (read_late_update).
+  std::vector<Stat> train_stats();
+  /// Waits for the device to finish the last update's values that were left to be read late, adds them
+  /// to the meters and returns that update's result, complete (Note [Reading an update late]); nothing
+  /// when there are none. Throws hetseq::InputError when that update's gradient norm was not finite.
+  std::optional<UpdateResult> read_late_update();
   /// Starts a new epoch of meters.
   void reset_epoch_meters();
 
@@ -104,7 +122,7 @@ class Controller {
   std::optional<PowerSgdState> gather_comm_hook_state() { return reducer_->gather_comm_hook_state(); }
 
   /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
-  std::map<std::string, double> meter_state() const;
+  std::map<std::string, double> meter_state();
   /// Restores a meter_state() (resume without --reset-meters).
   void load_meter_state(const std::map<std::string, double>& state);
 
@@ -136,6 +154,20 @@ class Controller {
   /// Divides the reduced gradients by samples x loss scale, measures their norm and clips them; sets
   /// `result.skipped` on overflow under loss scaling.
   void normalise_and_clip(double sample_size, UpdateResult& result);
+  /// The update as the host runs it, operator by operator.
+  UpdateResult eager_update(const std::vector<Batch>& micro_batches);
+  /// Whether `micro_batches` can take the captured path: one non-empty micro-batch of the captured shape.
+  bool fits_graph(const std::vector<Batch>& micro_batches);
+  /// Records the update's forward, backward and clipping on `batch`'s shape into graph_ (Note [CUDA-graph
+  /// updates]), then trains `batch` by replaying it.
+  UpdateResult capture_update(const Batch& batch);
+  /// One update by copying `batch` into the graph's inputs and replaying it; then the optimizer step.
+  UpdateResult replay_update(const Batch& batch);
+  /// Whether this update's device values are read late: not under loss scaling, whose skip decision
+  /// the host needs at once. See Note [Reading an update late].
+  bool reads_late() const { return options_.read_late && scaler_ == nullptr; }
+  /// Starts the copy of the update's late values to the host and keeps them as pending_.
+  void keep_late(UpdateResult result, const torch::Tensor& norm);
   /// The meters and epoch sums after an applied update.
   void update_meters(const UpdateResult& result);
 
@@ -152,6 +184,28 @@ class Controller {
   int64_t num_updates_ = 0;
   TrainMeters meters_;
   LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics
+  /// The device statistics of the update in progress that its channel round did not read (world of one).
+  LogTensors late_tensors_;
+  torch::Tensor late_norm_;  // the update's gradient norm on the device (float64), when read late
+  /// An update whose device values are on their way to the host. See Note [Reading an update late].
+  struct PendingUpdate {
+    UpdateResult result;
+    std::vector<std::string> names;  // [value] the late device statistics, then the gradient norm
+    torch::Tensor values;            // float64 [names + 1] in host memory (pinned on CUDA), being filled
+    std::shared_ptr<c10::Event> copied;  // recorded after the copy on a CUDA device; null elsewhere
+    int64_t update = 0;              // its number, for messages
+  };
+  std::optional<PendingUpdate> pending_;
+  /// Note [CUDA-graph updates]: off, the next fitting update eager on the capture stream, then captured,
+  /// then replayed.
+  enum class GraphState { kOff, kWarmUp, kCapture, kReplay };
+  GraphState graph_state_ = GraphState::kOff;
+  std::unique_ptr<GraphCapture> graph_;
+  Batch graph_batch_;          // the graph's inputs, on the device: each replay copies its batch into them
+  LogSums graph_host_log_;     // the captured update's host statistics (one shape, one value: the task's contract)
+  LogTensors graph_tensors_;   // its device statistics, in the graph's memory, rewritten by every replay
+  torch::Tensor graph_norm_;   // its gradient norm, likewise
+  bool graph_shape_told_ = false;  // the line about a batch of another shape was printed
 };
 
 }  // namespace hetseq

@@ -24,6 +24,7 @@ namespace hetseq {
 // rank 0 without CUDA, or by an earlier hetseq) leaves the CUDA generators as they are, also said.
 
 TrainingState Controller::state(bool with_optimizer_state) {
+  read_late_update();  // a diverged last update throws here, before anything is saved
   TrainingState s;
   s.model = model_tensors(*model_);
   s.optimizer_name = optimizer_->name();

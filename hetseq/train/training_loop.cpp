@@ -1,5 +1,6 @@
 #include "hetseq/train/training_loop.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "hetseq/core/error.h"
@@ -48,7 +49,10 @@ bool TrainingLoop::limits_reached(double lr, int64_t epoch) const {
 int64_t TrainingLoop::run(IteratorPosition start) {
   stream_ = std::make_unique<UpdateStream>(
       EpochBatchIterator(parts_.train_data->size(), parts_.schedule->train_plan(start.epoch), options_.order),
-      std::make_shared<BatchLoader>(parts_.train_data, BatchLoaderOptions{options_.num_workers, pinned_batches()}));
+      std::make_shared<BatchLoader>(parts_.train_data, BatchLoaderOptions{options_.num_workers, pinned_batches()}),
+      // Enough updates ahead to keep every loader thread busy, and at least two, so that a slow collate is
+      // hidden behind more than one update (with no threads, batches are collated when needed).
+      options_.num_workers > 0 ? std::max<int64_t>(2, options_.num_workers) : 1);
   stream_->restore(start);
   plan_version_ = parts_.schedule->version();
   resumed_inside_epoch_ = start.offset > 0 && options_.continue_epoch_meters;

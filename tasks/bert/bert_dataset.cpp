@@ -80,20 +80,21 @@ BertDataset::BertDataset(BertDataOptions options) : options_(std::move(options))
     }
     total_ += layout.num_samples;
     ends_.push_back(total_);
+    max_predictions_ = std::max(max_predictions_, std::min(layout.max_predictions, options_.max_pred_length));
     layouts_.push_back(std::move(layout));
   }
 }
 
-const ShardReader& BertDataset::reader(size_t shard) const {
+std::shared_ptr<const ShardReader> BertDataset::reader(size_t shard) const {
   for (auto it = open_.begin(); it != open_.end(); ++it) {
     if (it->first == shard) {
       open_.splice(open_.begin(), open_, it);
-      return *open_.front().second;
+      return open_.front().second;
     }
   }
   if (open_.size() >= options_.open_files) open_.pop_back();
-  open_.emplace_front(shard, std::make_unique<ShardReader>(layouts_[shard]));
-  return *open_.front().second;
+  open_.emplace_front(shard, std::make_shared<const ShardReader>(layouts_[shard]));
+  return open_.front().second;
 }
 
 void BertDataset::check_values(size_t shard, const ShardRows& d, const std::vector<int64_t>& rows) const {
@@ -149,8 +150,10 @@ Batch BertDataset::collate(const std::vector<int64_t>& indices) const {
     }
     ShardRows data;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      data = reader(shard).read(rows);
+      std::unique_lock<std::mutex> lock(mutex_);
+      const std::shared_ptr<const ShardReader> open = reader(shard);
+      if (open->mapped()) lock.unlock();  // no HDF5 call: the loader's threads read at once (Note [Mapped shards])
+      data = open->read(rows);
     }
     check_values(shard, data, rows);
     const torch::Tensor from = torch::tensor(source, torch::kInt64);
@@ -172,8 +175,21 @@ Batch BertDataset::collate(const std::vector<int64_t>& indices) const {
   Batch batch;
   batch.fields.emplace("input_ids", input_ids);
   batch.fields.emplace("segment_ids", segment_ids);
-  batch.fields.emplace("input_mask", input_mask);
-  batch.fields.emplace("masked_lm_index", masked_lm_index(labels));
+  // No padding in the whole batch: no mask, so that attention may take its fastest kernel (Note [Fused
+  // attention]). Decided here, on the host, where it costs no wait for the device.
+  if (options_.static_shapes || n == 0 || !input_mask.all().item<bool>()) batch.fields.emplace("input_mask", input_mask);
+  torch::Tensor index = masked_lm_index(labels);                          // [M]
+  torch::Tensor targets = labels.reshape({-1}).index_select(0, index);    // [M]
+  batch.counts["masked_tokens"] = static_cast<double>(index.size(0));
+  if (options_.static_shapes) {  // See Note [Static BERT batches].
+    const int64_t padding = n * max_predictions_ - index.size(0);
+    HETSEQ_ASSERT(padding >= 0, "{} masked tokens in a batch of {} sequences of at most {} each", index.size(0), n,
+                  max_predictions_);
+    index = torch::cat({index, torch::zeros({padding}, torch::kInt64)});
+    targets = torch::cat({targets, torch::full({padding}, -1, torch::kInt64)});
+  }
+  batch.fields.emplace("masked_lm_index", index);
+  batch.fields.emplace("masked_lm_targets", targets);
   batch.fields.emplace("masked_lm_labels", labels);
   batch.fields.emplace("next_sentence_labels", next_sentence);
   batch.num_samples = n;

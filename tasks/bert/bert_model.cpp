@@ -25,6 +25,16 @@ namespace F = torch::nn::functional;
 // fully masked (where the additive and the boolean forms would differ). tests/bert/test_bert_model.cpp checks it
 // against the explicit formula.
 
+// Note [One QKV product]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Attention's query, key and value are three projections of the same hidden states. As three Linear layers
+// they cost three matrix products, and under autocast three casts of the same input; as one [3H, H] matrix
+// (`attention.self.qkv`) they are one product whose output is split into views. Each output element is the
+// same dot product as before, so the result equals the three products up to the GEMM's blocking of the
+// output columns (tests/bert/test_bert_model.cpp states the tolerance). Checkpoints in Google's and Hugging
+// Face's layout keep three tensors, `attention.self.{query,key,value}.{weight,bias}`: fused_slice says which
+// rows of the fused parameter each one is, and --init-from loads them there (Note [Hugging Face names]).
+
 torch::Tensor activate(const torch::Tensor& x, Activation act) {
   switch (act) {
     case Activation::kGelu: return F::gelu(x);
@@ -72,9 +82,7 @@ BertLayerImpl::BertLayerImpl(const BertConfig& c) : config_(c) {
   const int64_t h = c.hidden_size;
   auto attention = group(*this, "attention");
   auto self = group(*attention, "self");
-  query_ = self->register_module("query", torch::nn::Linear(h, h));
-  key_ = self->register_module("key", torch::nn::Linear(h, h));
-  value_ = self->register_module("value", torch::nn::Linear(h, h));
+  qkv_ = self->register_module("qkv", torch::nn::Linear(h, 3 * h));  // Note [One QKV product]
   auto attention_output = group(*attention, "output");
   attention_dense_ = attention_output->register_module("dense", torch::nn::Linear(h, h));
   attention_norm_ = attention_output->register_module("LayerNorm", make_layer_norm(c));
@@ -89,10 +97,11 @@ BertLayerImpl::BertLayerImpl(const BertConfig& c) : config_(c) {
 torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& attend) {
   const int64_t b = hidden.size(0), s = hidden.size(1);
   const int64_t heads = config_.num_attention_heads, d = config_.head_size();
-  auto split_heads = [&](const torch::Tensor& x) { return x.view({b, s, heads, d}).transpose(1, 2); };  // [B, h, S, d]
-  const torch::Tensor q = split_heads(query_->forward(hidden));
-  const torch::Tensor k = split_heads(key_->forward(hidden));
-  const torch::Tensor v = split_heads(value_->forward(hidden));
+  // [B, S, 3H] -> three [B, heads, S, d] views (Note [One QKV product])
+  const std::vector<torch::Tensor> qkv = qkv_->forward(hidden).view({b, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const torch::Tensor& q = qkv[0];
+  const torch::Tensor& k = qkv[1];
+  const torch::Tensor& v = qkv[2];
   const double p = is_training() ? config_.attention_probs_dropout_prob : 0.0;
   std::optional<torch::Tensor> mask;
   if (attend.defined()) mask = attend;
@@ -148,6 +157,22 @@ BertPreTrainingOutput BertForPreTrainingImpl::forward(const torch::Tensor& input
   // The decoder is tied to the word embeddings (one matrix, two uses), with a bias of its own.
   const torch::Tensor logits = F::linear(transformed, bert->embeddings->word_embeddings->weight, decoder_bias_);
   return BertPreTrainingOutput{logits, seq_relationship_->forward(encoded.pooled)};
+}
+
+std::optional<FusedSlice> fused_slice(const std::string& name) {
+  static const std::string self = "attention.self.";
+  const size_t at = name.find(self);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string rest = name.substr(at + self.size());  // "query.weight", ...
+  const char* parts[] = {"query.", "key.", "value."};
+  for (int64_t part = 0; part < 3; ++part) {
+    const std::string prefix = parts[part];
+    if (rest.rfind(prefix, 0) != 0) continue;
+    const std::string leaf = rest.substr(prefix.size());
+    if (leaf != "weight" && leaf != "bias") return std::nullopt;
+    return FusedSlice{name.substr(0, at + self.size()) + "qkv." + leaf, part};
+  }
+  return std::nullopt;
 }
 
 void init_bert_weights(torch::nn::Module& module, double initializer_range) {

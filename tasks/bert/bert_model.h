@@ -4,6 +4,9 @@
 /// use the same names: `bert.embeddings.word_embeddings`, `bert.encoder.layer.3.attention.self.query`,
 /// `cls.predictions.transform.LayerNorm`, ...), so that their weights load by name (tasks/bert/hf_weights.h).
 
+#include <optional>
+#include <string>
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
@@ -35,8 +38,9 @@ class BertEmbeddingsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(BertEmbeddings);
 
-/// One transformer layer: self-attention (`attention.self.{query,key,value}`, `attention.output.{dense,LayerNorm}`)
-/// and the feed-forward block (`intermediate.dense`, `output.{dense,LayerNorm}`), post-LayerNorm as in BERT.
+/// One transformer layer: self-attention (`attention.self.qkv`: the query, key and value projections as one
+/// matrix, Note [One QKV product]; `attention.output.{dense,LayerNorm}`) and the feed-forward block
+/// (`intermediate.dense`, `output.{dense,LayerNorm}`), post-LayerNorm as in BERT.
 class BertLayerImpl : public torch::nn::Module {
  public:
   explicit BertLayerImpl(const BertConfig& config);
@@ -46,7 +50,7 @@ class BertLayerImpl : public torch::nn::Module {
 
  private:
   BertConfig config_;
-  torch::nn::Linear query_{nullptr}, key_{nullptr}, value_{nullptr};
+  torch::nn::Linear qkv_{nullptr};  // [3H, H]: rows 0..H-1 the query, then the key, then the value
   torch::nn::Linear attention_dense_{nullptr};
   torch::nn::LayerNorm attention_norm_{nullptr};
   torch::nn::Linear intermediate_{nullptr};
@@ -111,6 +115,15 @@ class BertForPreTrainingImpl : public torch::nn::Module {
   torch::nn::Linear seq_relationship_{nullptr};  // cls.seq_relationship
 };
 TORCH_MODULE(BertForPreTraining);
+
+/// Where a parameter of Google's layout that this model fuses lives: `...attention.self.query.weight` is rows
+/// [0, H) of `...attention.self.qkv.weight`, key rows [H, 2H), value [2H, 3H) (biases likewise). Nothing for
+/// other names. See Note [One QKV product].
+struct FusedSlice {
+  std::string parameter;  // the fused parameter's name
+  int64_t part = 0;       // 0 query, 1 key, 2 value: rows [part * H, (part + 1) * H)
+};
+std::optional<FusedSlice> fused_slice(const std::string& name);
 
 /// BERT's initialisation of every submodule of `module`: Linear and Embedding weights ~ N(0, initializer_range),
 /// biases 0, LayerNorm weight 1 and bias 0 (as Google's and HetSeq's code; Google truncates the normal at two

@@ -42,7 +42,8 @@ struct ShardRows {
 };
 
 /// An open shard. Reads are serialised by the HDF5 library (built thread-safe on Debian); use one object from
-/// several threads only through BertDataset, which locks.
+/// several threads only through BertDataset, which locks, except when mapped(): then read() makes no HDF5 call
+/// and may run on several threads at once (Note [Mapped shards], tasks/bert/bert_shard.cpp).
 class ShardReader {
  public:
   explicit ShardReader(ShardLayout layout);
@@ -55,8 +56,11 @@ class ShardReader {
   /// a damaged chunk is a hetseq::InputError naming the file, the dataset and the row.
   ShardRows read(const std::vector<int64_t>& rows) const;
   const ShardLayout& layout() const { return layout_; }
+  /// Whether the rows are read from the file mapped into memory (every dataset contiguous and unfiltered).
+  bool mapped() const;
 
  private:
+  void map_file();
   struct Chunks;  // the chunks checked so far, per dataset
   ShardLayout layout_;
   int64_t file_ = -1;  // hid_t of the open file

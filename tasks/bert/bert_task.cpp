@@ -23,6 +23,11 @@ namespace F = torch::nn::functional;
 
 }  // namespace
 
+torch::Tensor input_mask_of(const Batch& batch) {
+  const auto it = batch.fields.find("input_mask");
+  return it == batch.fields.end() ? torch::Tensor() : it->second;
+}
+
 int64_t count_vocab(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("--dict {}: cannot read the vocabulary file", path));
@@ -72,6 +77,7 @@ std::shared_ptr<Dataset> BertTask::load_dataset(const std::string& split) {
   data.type_vocab_size = options_.config.type_vocab_size;
   data.max_position_embeddings = options_.config.max_position_embeddings;
   data.max_pred_length = options_.max_pred_length;
+  data.static_shapes = options_.static_shapes;
   auto dataset = std::make_shared<BertDataset>(std::move(data));
   log::info("[bert] split '{}': {} sequences of {} tokens in {} shard(s) from {}", split, dataset->size(),
             dataset->seq_length(), dataset->shards().size(), options_.data);
@@ -88,22 +94,29 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   // See Note [BERT loss and sample size].
   const torch::Tensor& labels = batch.at("masked_lm_labels");  // [B, S]
   const int64_t b = labels.size(0), s = labels.size(1);
-  // The masked positions come with the batch, found on the host at collate time: nonzero here would wait
-  // for the device every step.
-  const torch::Tensor& masked = batch.at("masked_lm_index");             // [M] flat positions b * S + s
-  const torch::Tensor targets = labels.reshape({-1}).index_select(0, masked);  // [M]
-  const torch::Tensor sequence_of = masked.div(s, "floor");              // [M]
+  // The masked positions and their targets come with the batch, found on the host at collate time: nonzero
+  // here would wait for the device every step. A batch built without targets (a test's) takes them here.
+  const torch::Tensor& masked = batch.at("masked_lm_index");  // [M] flat positions b * S + s
+  const auto given = batch.fields.find("masked_lm_targets");
+  const torch::Tensor targets = given != batch.fields.end() ? given->second
+                                                            : labels.reshape({-1}).index_select(0, masked);  // [M]
+  // Padded to a fixed count (Note [Static BERT batches]): the extra entries have target -1 and count for nothing.
+  const auto real = batch.counts.find("masked_tokens");
+  const int64_t masked_tokens = real != batch.counts.end() ? static_cast<int64_t>(real->second) : masked.size(0);
+  const bool padded = masked_tokens != masked.size(0);
+  const torch::Tensor sequence_of = masked.div(s, "floor");  // [M]
   const BertPreTrainingOutput pred =
-      net->forward(batch.at("input_ids"), batch.at("segment_ids"), batch.at("input_mask"), masked);
+      net->forward(batch.at("input_ids"), batch.at("segment_ids"), input_mask_of(batch), masked);
 
   // float32 logits whatever the autocast dtype, for the loss and the accuracy.
   const torch::Tensor mlm_logits = pred.mlm_logits.to(torch::kFloat32);  // [M, vocab]
   const auto float_options = mlm_logits.options();
-  const torch::Tensor token_loss = F::cross_entropy(mlm_logits, targets,
-                                                    F::CrossEntropyFuncOptions().reduction(torch::kNone));  // [M]
+  auto ce = F::CrossEntropyFuncOptions().reduction(torch::kNone);
+  if (padded) ce.ignore_index(-1);
+  const torch::Tensor token_loss = F::cross_entropy(mlm_logits, targets, ce);  // [M], 0 where ignored
+  const torch::Tensor counted = padded ? targets.ne(-1).to(float_options.dtype()) : torch::ones_like(token_loss);
   const torch::Tensor per_sequence_sum = torch::zeros({b}, float_options).index_add(0, sequence_of, token_loss);
-  const torch::Tensor per_sequence_count =
-      torch::zeros({b}, float_options).index_add(0, sequence_of, torch::ones_like(token_loss));
+  const torch::Tensor per_sequence_count = torch::zeros({b}, float_options).index_add(0, sequence_of, counted);
   const torch::Tensor mlm = (per_sequence_sum / per_sequence_count.clamp_min(1)).sum();
   const torch::Tensor& nsp_labels = batch.at("next_sentence_labels");
   const torch::Tensor nsp = F::cross_entropy(pred.nsp_logits.to(torch::kFloat32), nsp_labels,
@@ -113,15 +126,22 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   torch::NoGradGuard no_grad;
   // Losses and correct counts stay on the device, read once per update (Note [Statistics on the device]);
   // the number of masked tokens is known on the host already (the size of masked_lm_index).
-  out.add(metrics::kNtokens, static_cast<double>(masked.size(0)));
+  if (options_.static_shapes) {
+    // Host statistics that depend on the batch's shape only (a replayed CUDA graph keeps the captured ones):
+    // the real masked tokens counted on the device. See Note [CUDA-graph updates].
+    out.add(metrics::kNtokens, targets.ne(-1).sum());
+  } else {
+    out.add(metrics::kNtokens, static_cast<double>(masked_tokens));
+  }
   out.add(metrics::kLoss, out.loss.detach());
   out.add(kMlmLossSum, mlm.detach());
   out.add(kNspLossSum, nsp.detach());
   out.add(metrics::kNllLoss, token_loss.detach().sum());
   // Correct when the target's logit is the largest (a tie counts as correct): a vectorised max and a gather,
   // where argmax over the vocabulary runs a scalar loop that cost 6-10% of a tiny-BERT update.
-  const torch::Tensor target_logit = mlm_logits.gather(1, targets.unsqueeze(1)).squeeze(1);
-  out.add(kMlmCorrect, target_logit.ge(mlm_logits.amax(1)).sum());
+  const torch::Tensor target_logit = mlm_logits.gather(1, (padded ? targets.clamp_min(0) : targets).unsqueeze(1)).squeeze(1);
+  const torch::Tensor correct = target_logit.ge(mlm_logits.amax(1));
+  out.add(kMlmCorrect, (padded ? correct.logical_and(targets.ne(-1)) : correct).sum());
   out.add(kNspCorrect, pred.nsp_logits.argmax(1).eq(nsp_labels).sum());
   return out;
 }
@@ -153,7 +173,7 @@ TaskSpec make_bert_spec() {
              "", "PATH");
   };
   spec.defaults = {{"valid-subset", "test"}};
-  spec.create = [](const FlagValues& args, const TaskContext& /*context*/) -> std::unique_ptr<Task> {
+  spec.create = [](const FlagValues& args, const TaskContext& context) -> std::unique_ptr<Task> {
     BertTaskOptions o;
     o.data = args.text_or("data", "");
     o.train_subset = args.text_or("train-subset", "train");
@@ -165,6 +185,7 @@ TaskSpec make_bert_spec() {
     o.max_pred_length = args.integer("max_pred_length");
     o.num_file = args.integer("num_file");
     o.init_from = args.text("init-from");
+    o.static_shapes = context.static_shapes;
     o.config = read_bert_config(o.config_file);
     if (o.data.empty()) {
       throw UsageError("--data is required for --task bert: an HDF5 shard or a directory of shards");

@@ -30,11 +30,15 @@ struct BertTaskOptions {
   int64_t max_pred_length = 512;      // --max_pred_length
   int64_t num_file = 0;               // --num_file: the first N shards of a split (0: all)
   std::string init_from;              // --init-from: Hugging Face weights (file or directory); empty: none
+  bool static_shapes = false;         // batches of one shape (--cuda-graph): Note [Static BERT batches]
 };
 
 /// The number of tokens of a vocab file (its lines, as HetSeq counts them). Throws hetseq::InputError naming --dict
 /// when the file cannot be read or is empty.
 int64_t count_vocab(const std::string& path);
+
+/// The batch's `input_mask`, or an undefined tensor when the collate left it out (no padding in the batch).
+torch::Tensor input_mask_of(const Batch& batch);
 
 // Note [BERT loss and sample size]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

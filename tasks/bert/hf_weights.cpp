@@ -11,6 +11,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "tasks/bert/bert_model.h"
 
 namespace hetseq::bert {
 namespace {
@@ -133,7 +134,9 @@ std::string find_weights_file(const std::string& path) {
 //    skipped; `cls.predictions.decoder.bias` is `cls.predictions.bias`;
 //  * an encoder-only checkpoint (a BertModel: `embeddings.*`, `encoder.*`, `pooler.*`) loads into
 //    BertForPreTraining under `bert.`, and a pretraining checkpoint (`bert.*`) loads into a bare BertModel without
-//    that prefix (its `cls.*` heads are then unexpected).
+//    that prefix (its `cls.*` heads are then unexpected);
+//  * `*.attention.self.{query,key,value}.{weight,bias}` are rows of our fused `*.attention.self.qkv.*` (Note
+//    [One QKV product]); the fused parameter counts as loaded when all three of its parts were.
 // Anything else that matches no parameter is reported as unexpected and ignored (e.g. a fine-tuning head).
 
 LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_file) {
@@ -158,6 +161,16 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
     if (has_bert_prefix && !starts_with(name, "bert.") && !starts_with(name, "cls.")) name = "bert." + name;
     if (!has_bert_prefix && starts_with(name, "bert.")) name = name.substr(5);
     torch::Tensor* param = params.find(name);
+    torch::Tensor part;  // the rows of a fused parameter that `name` is
+    if (param == nullptr) {
+      if (const std::optional<FusedSlice> slice = fused_slice(name)) {
+        if (torch::Tensor* fused = params.find(slice->parameter)) {
+          const int64_t rows = fused->size(0) / 3;
+          part = fused->narrow(0, slice->part * rows, rows);
+          param = &part;
+        }
+      }
+    }
     if (param == nullptr) {
       report.unexpected.push_back(file_name);
       continue;
@@ -171,6 +184,18 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
     param->copy_(tensor.to(param->dtype()));
     assigned.insert(name);
     report.loaded.push_back(name);
+  }
+  // A fused parameter is loaded when each of its parts is.
+  for (const auto& p : params) {
+    if (p.key().find(".attention.self.qkv.") == std::string::npos && p.key().rfind("attention.self.qkv.", 0) != 0) {
+      continue;
+    }
+    const std::string leaf = p.key().substr(p.key().rfind('.') + 1);
+    const std::string base = p.key().substr(0, p.key().size() - std::string("qkv.").size() - leaf.size());
+    if (assigned.count(base + "query." + leaf) && assigned.count(base + "key." + leaf) &&
+        assigned.count(base + "value." + leaf)) {
+      assigned.insert(p.key());
+    }
   }
   bool any_encoder = false;
   for (const auto& p : params) {

@@ -110,3 +110,60 @@ TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights and r
   CHECK(missing.exit_code == hetseq::kExitInput);
   CHECK_THAT(missing.err, Catch::Contains("--init-from") && Catch::Contains("nowhere"));
 }
+
+// Note [Step profile], as benchmarks/bert_throughput.sh reads it: the JSON line's figures for the timed updates only,
+// with no host read in a world of one (Note [Reading an update late]); and --cuda-graph on a CPU rank says in one
+// line why it cannot capture and trains on (Note [CUDA-graph updates]), to the same weights' losses as without it.
+TEST_CASE("hetseq-train --step-profile measures the steady state; --cuda-graph on a CPU says why and trains on",
+          "[bert][cli]") {
+  TempDir dir;
+  write_shard(dir / "toy_train_0.hdf5", make_shard(64, 16, 4));
+  auto args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a{"--task", "bert", "--data", dir.path(), "--config_file", kTinyConfig, "--cpu",
+                               "--max-sentences", "8", "--max-update", "7", "--optimizer", "adam", "--lr", "0.001",
+                               "--clip-norm", "0.5", "--lr_scheduler", "fixed", "--max_pred_length", "4",
+                               "--disable-validation", "--no-save", "--log-format", "json", "--log-interval", "1",
+                               "--num-workers", "1", "--intra-op-threads", "1", "--seed", "3"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto profiled = run_hetseq_train(args({"--step-profile", "3,4"}));
+  INFO(profiled.err);
+  REQUIRE(profiled.exit_code == 0);
+  const auto profile = json_lines(profiled.out, "step_profile");
+  REQUIRE(profile.size() == 1);
+  const auto& p = profile.front();
+  CHECK(p["warmup_updates"] == 3);
+  CHECK(p["timed_updates"] == 4);
+  CHECK(p["samples"] == 4 * 8);
+  CHECK(p["samples_per_s"].get<double>() > 0);
+  CHECK(p["seconds"].get<double>() > 0);
+  CHECK(p["samples_per_s"].get<double>() == Approx(32 / p["seconds"].get<double>()));
+  CHECK(p["aten_ops_per_update"].get<double>() > 100);  // tiny BERT: hundreds of operators an update
+  // --log-interval 1 reads each update's statistics for its line, after the update: no read inside one.
+  CHECK(p["host_reads_per_update"] == 0);
+  CHECK(p["data_wait_ms"].get<double>() >= 0);
+  CHECK(p["host_ms"].get<double>() > 0);
+  CHECK(p["device_ms"].get<double>() > 0);
+  CHECK(p["peak_memory_bytes"].get<int64_t>() > 0);
+  CHECK(p["clock"] == "host clock");
+
+  const auto graphed = run_hetseq_train(args({"--cuda-graph"}));
+  INFO(graphed.err);
+  REQUIRE(graphed.exit_code == 0);
+  CHECK_THAT(graphed.err, Catch::Contains("[cuda-graph] not captured: the rank trains on cpu, and CUDA graphs need a "
+                                          "GPU; training goes on uncaptured"));
+  // Static shapes (padded masked positions, the mask kept) train to the same losses within float rounding.
+  const auto plain = json_lines(profiled.out, "train");
+  const auto padded = json_lines(graphed.out, "train");
+  REQUIRE(plain.size() == 7);
+  REQUIRE(padded.size() == 7);
+  for (size_t u = 0; u < plain.size(); ++u) {
+    INFO("update " << u + 1);
+    CHECK(padded[u]["loss"].get<double>() == Approx(plain[u]["loss"].get<double>()).epsilon(1e-4));
+  }
+
+  const auto bad = run_hetseq_train(args({"--step-profile", "0,4"}));
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--step-profile") && Catch::Contains("WARMUP >= 1"));
+}

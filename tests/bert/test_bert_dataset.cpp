@@ -330,3 +330,27 @@ TEST_CASE("a shard whose damaged header claims an impossible allocation is an er
   CHECK_THROWS_WITH(hetseq::bert::inspect_shard(file),
                     Catch::StartsWith(file + ": cannot look up dataset 'input_ids': the file's group index is damaged"));
 }
+
+// Note [Mapped shards]: a shard whose datasets are contiguous and unfiltered is read from the mapped file, without
+// HDF5; a compressed one through HDF5. Both give the same rows.
+TEST_CASE("a contiguous shard is read from its mapped file and gives the rows that HDF5 reads", "[bert][data]") {
+  TempDir dir;
+  auto shard = make_shard(12, 16, 4);
+  write_shard(dir / "plain_train.hdf5", shard);
+  for (auto& [name, array] : shard) array.gzip = true;
+  write_shard(dir / "packed_train.hdf5", shard);
+  const hetseq::bert::ShardReader plain(hetseq::bert::inspect_shard(dir / "plain_train.hdf5"));
+  const hetseq::bert::ShardReader packed(hetseq::bert::inspect_shard(dir / "packed_train.hdf5"));
+  CHECK(plain.mapped());
+  CHECK(!packed.mapped());
+  const std::vector<int64_t> rows{0, 3, 4, 11};
+  const hetseq::bert::ShardRows a = plain.read(rows), b = packed.read(rows);
+  CHECK(torch::equal(a.input_ids, b.input_ids));
+  CHECK(torch::equal(a.input_mask, b.input_mask));
+  CHECK(torch::equal(a.segment_ids, b.segment_ids));
+  CHECK(torch::equal(a.masked_lm_positions, b.masked_lm_positions));
+  CHECK(torch::equal(a.masked_lm_ids, b.masked_lm_ids));
+  CHECK(torch::equal(a.next_sentence_labels, b.next_sentence_labels));
+  CHECK(a.input_ids[1][1].item<int64_t>() == 1003);  // row 3's second token (make_shard)
+  CHECK(a.next_sentence_labels.sizes() == torch::IntArrayRef({4}));
+}

@@ -1,8 +1,11 @@
 // BertModel and BertForPreTraining: parameter names and counts, initialisation, the tied decoder, and the fused
 // attention against BERT's formula written out here from the named parameters.
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -50,9 +53,15 @@ torch::Tensor reference_encoder(torch::OrderedDict<std::string, torch::Tensor>& 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string L = "encoder.layer." + std::to_string(l) + ".";
     auto heads = [&](const torch::Tensor& t) { return t.view({b, s, h, d}).permute({0, 2, 1, 3}); };
-    const torch::Tensor q = heads(linear(x, L + "attention.self.query"));
-    const torch::Tensor k = heads(linear(x, L + "attention.self.key"));
-    const torch::Tensor v = heads(linear(x, L + "attention.self.value"));
+    // The three projections from their rows of the fused parameter (Note [One QKV product]), one product each.
+    auto projection = [&](int64_t part) {
+      const std::string fused = L + "attention.self.qkv";
+      const int64_t H = c.hidden_size;
+      return torch::matmul(x, w(fused + ".weight").narrow(0, part * H, H).t()) + w(fused + ".bias").narrow(0, part * H, H);
+    };
+    const torch::Tensor q = heads(projection(0));
+    const torch::Tensor k = heads(projection(1));
+    const torch::Tensor v = heads(projection(2));
     const torch::Tensor scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(d)) + additive;
     const torch::Tensor context = torch::matmul(torch::softmax(scores, -1), v).permute({0, 2, 1, 3}).reshape({b, s, -1});
     const torch::Tensor a = ln(linear(context, L + "attention.output.dense") + x, L + "attention.output.LayerNorm");
@@ -70,7 +79,7 @@ TEST_CASE("BertForPreTraining has Google's parameter names and bert-base's param
   const auto params = model->named_parameters();
   for (const char* name : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
                            "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
-                           "bert.encoder.layer.0.attention.self.query.weight",
+                           "bert.encoder.layer.0.attention.self.qkv.weight",
                            "bert.encoder.layer.11.attention.output.LayerNorm.bias",
                            "bert.encoder.layer.5.intermediate.dense.weight", "bert.encoder.layer.5.output.dense.bias",
                            "bert.pooler.dense.weight", "cls.predictions.transform.dense.weight",
@@ -95,7 +104,7 @@ TEST_CASE("BERT's initialisation: normal weights with initializer_range as std a
   const torch::Tensor words = p["bert.embeddings.word_embeddings.weight"];
   CHECK(words.std().item<double>() == Approx(0.05).epsilon(0.02));
   CHECK(std::abs(words.mean().item<double>()) < 0.002);
-  CHECK(p["bert.encoder.layer.0.attention.self.query.weight"].std().item<double>() == Approx(0.05).epsilon(0.1));
+  CHECK(p["bert.encoder.layer.0.attention.self.qkv.weight"].std().item<double>() == Approx(0.05).epsilon(0.1));
   CHECK(p["bert.encoder.layer.1.output.dense.bias"].abs().max().item<double>() == 0.0);
   CHECK(p["cls.predictions.bias"].abs().max().item<double>() == 0.0);
   CHECK((p["bert.encoder.layer.1.output.LayerNorm.weight"] == 1).all().item<bool>());
@@ -165,4 +174,82 @@ TEST_CASE("dropout is active in training mode only", "[bert][model]") {
   const auto d = model->forward(ids, types).sequence;
   const auto e = model->forward(ids, types).sequence;
   CHECK_FALSE(torch::equal(d, e));
+}
+
+TEST_CASE("Google's query, key and value names are rows of the fused QKV parameter", "[bert][model]") {
+  using hetseq::bert::fused_slice;
+  const auto q = fused_slice("bert.encoder.layer.3.attention.self.query.weight");
+  REQUIRE(q);
+  CHECK(q->parameter == "bert.encoder.layer.3.attention.self.qkv.weight");
+  CHECK(q->part == 0);
+  const auto v = fused_slice("encoder.layer.0.attention.self.value.bias");
+  REQUIRE(v);
+  CHECK(v->parameter == "encoder.layer.0.attention.self.qkv.bias");
+  CHECK(v->part == 2);
+  CHECK(fused_slice("bert.encoder.layer.0.attention.self.key.weight")->part == 1);
+  CHECK(!fused_slice("bert.encoder.layer.0.attention.output.dense.weight"));
+  CHECK(!fused_slice("bert.encoder.layer.0.attention.self.query.gamma"));
+}
+
+// Note [One QKV product]: the fused product against three products with the same rows, forward and backward
+// (to the input and to each part of the weight). The tolerance: each output element is the same dot product,
+// summed in an order that the GEMM's blocking may change, so a few float32 ulps of the values' size.
+TEST_CASE("one QKV product equals the three products of its parts, forward and backward", "[bert][model]") {
+  torch::manual_seed(8);
+  const int64_t H = 64;
+  const torch::Tensor x = torch::randn({4, 24, H}, torch::requires_grad());
+  const torch::Tensor weight = (torch::randn({3 * H, H}) * 0.05).requires_grad_();
+  const torch::Tensor bias = (torch::randn({3 * H}) * 0.05).requires_grad_();
+  const torch::Tensor upstream = torch::randn({4, 24, 3 * H});
+
+  const torch::Tensor fused = torch::nn::functional::linear(x, weight, bias);
+  const auto fused_grads = torch::autograd::grad({fused}, {x, weight, bias}, {upstream});
+
+  std::vector<torch::Tensor> parts;
+  for (int64_t part = 0; part < 3; ++part) {
+    parts.push_back(torch::nn::functional::linear(x, weight.narrow(0, part * H, H), bias.narrow(0, part * H, H)));
+  }
+  const torch::Tensor separate = torch::cat(parts, -1);
+  const auto separate_grads = torch::autograd::grad({separate}, {x, weight, bias}, {upstream});
+
+  auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  CHECK(relative(fused, separate) < 1e-6);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("gradient " << i << " (input, weight, bias)");
+    CHECK(relative(fused_grads[i], separate_grads[i]) < 1e-6);
+  }
+}
+
+// Note [Fused attention]: a batch without padding passes no mask (so that a GPU may pick flash attention); the
+// result must be that of an all-true mask, forward and backward, within float32 rounding of two kernels.
+TEST_CASE("attention without a mask equals attention with an all-true mask", "[bert][model]") {
+  torch::manual_seed(9);
+  const BertConfig c = small_config();
+  BertForPreTraining model(c);
+  model->eval();  // no dropout: the two runs see the same numbers
+  const torch::Tensor ids = torch::randint(0, c.vocab_size, {3, 10}, torch::kInt64);
+  const torch::Tensor types = torch::randint(0, 2, {3, 10}, torch::kInt64);
+  const torch::Tensor upstream = torch::randn({3, 10, c.hidden_size});
+  auto run = [&](const torch::Tensor& mask) {
+    model->zero_grad();
+    const auto out = model->bert->forward(ids, types, mask);
+    out.sequence.backward(upstream);
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    return std::make_pair(out.sequence.detach(), grads);
+  };
+  const auto [masked, masked_grads] = run(torch::ones({3, 10}, torch::kInt64));
+  const auto [open, open_grads] = run(torch::Tensor());
+  CHECK((masked - open).abs().max().item<double>() < 1e-5);
+  REQUIRE(masked_grads.size() == open_grads.size());
+  double worst = 0;
+  for (size_t i = 0; i < masked_grads.size(); ++i) {
+    if (!masked_grads[i].defined()) continue;
+    REQUIRE(open_grads[i].defined());
+    worst = std::max(worst, ((masked_grads[i] - open_grads[i]).abs().max() /
+                             masked_grads[i].abs().max().clamp_min(1e-12)).item<double>());
+  }
+  CHECK(worst < 1e-5);
 }

@@ -3,10 +3,12 @@
 // ctest `bert_trains_from_text` (scripts/bert_train_check.sh); empty batches never reach a task (the
 // Controller runs them, tests/train).
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -131,6 +133,9 @@ TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP summed over sequ
   // masked positions follow (collate finds them on the host).
   batch.fields["masked_lm_labels"][3][5] = 77;
   batch.fields["masked_lm_index"] = hetseq::bert::masked_lm_index(batch.at("masked_lm_labels"));
+  batch.fields["masked_lm_targets"] =
+      batch.at("masked_lm_labels").reshape({-1}).index_select(0, batch.at("masked_lm_index"));
+  batch.counts["masked_tokens"] = 9;
   CHECK(batch.at("masked_lm_index").size(0) == 9);
   CHECK(batch.at("masked_lm_index")[8].item<int64_t>() == 3 * 16 + 5);
   const hetseq::StepOutput out = task->valid_step(*model, batch);
@@ -262,4 +267,68 @@ TEST_CASE("bert: weights in Hugging Face's layout load by name and wrong shapes 
     CHECK_THROWS_WITH(hetseq::bert::load_hf_weights(*target, dir / "junk.safetensors"),
                       Catch::Contains("junk.safetensors") && Catch::Contains("not a valid safetensors file"));
   }
+}
+
+// Note [Static BERT batches]: masked positions padded to a fixed count with ignored targets give the loss, the
+// statistics and the gradients of the unpadded batch. The loss is equal (the pads add exact zeros, in order);
+// the logged sums within 1e-6 (a sum over more, zero, terms may group its additions otherwise); the gradients
+// within 1e-6 of the largest, since the products over the masked rows (the decoder's weight gradient) may sum
+// in another order over more rows.
+TEST_CASE("BERT batches padded to one shape train as the unpadded ones", "[bert][task]") {
+  TinyData data;
+  auto options = [&](bool static_shapes) {
+    hetseq::bert::BertTaskOptions o;
+    o.data = data.dir.path();
+    o.config_file = kTinyConfig;
+    o.config = hetseq::bert::read_bert_config(kTinyConfig);
+    o.max_pred_length = 4;
+    o.static_shapes = static_shapes;
+    return o;
+  };
+  hetseq::bert::BertTask plain(options(false)), padded(options(true));
+  torch::manual_seed(4);
+  auto model = plain.build_model();
+  model->eval();  // no dropout: both passes see the same numbers
+  const auto plain_data = plain.load_dataset("train");
+  const auto padded_data = padded.load_dataset("train");
+  const std::vector<int64_t> rows{0, 3, 7, 11, 19};
+  const hetseq::Batch a = plain_data->collate(rows);
+  const hetseq::Batch b = padded_data->collate(rows);
+  // Two masked tokens a row (make_shard), padded to 5 rows x 4 slots; input_mask kept, the real count on the host.
+  CHECK(a.at("masked_lm_index").size(0) == 10);
+  CHECK(b.at("masked_lm_index").size(0) == 20);
+  CHECK(b.at("masked_lm_targets").slice(0, 10).eq(-1).all().item<bool>());
+  CHECK(b.counts.at("masked_tokens") == 10);
+  CHECK(b.fields.count("input_mask") == 1);
+  // Another batch of 5 rows has the same shapes.
+  const hetseq::Batch c = padded_data->collate({1, 2, 4, 5, 6});
+  for (const auto& [name, tensor] : b.fields) {
+    INFO(name);
+    CHECK(c.at(name).sizes() == tensor.sizes());
+  }
+
+  auto run = [&](hetseq::bert::BertTask& task, const hetseq::Batch& batch) {
+    model->zero_grad();
+    hetseq::StepOutput out = task.compute_loss(*model, batch);
+    out.loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(out, grads);
+  };
+  const auto [plain_out, plain_grads] = run(plain, a);
+  const auto [padded_out, padded_grads] = run(padded, b);
+  CHECK(padded_out.loss.item<double>() == plain_out.loss.item<double>());
+  const hetseq::LogSums plain_log = hetseq::host_log(plain_out), padded_log = hetseq::host_log(padded_out);
+  for (const auto& [name, value] : plain_log) {
+    INFO(name);
+    // ntokens (on the device when padded) and the correct counts exactly; the token sum over more (zero) terms
+    // may round in another order.
+    CHECK(padded_log.at(name) == Approx(value).epsilon(1e-6));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < plain_grads.size(); ++i) {
+    worst = std::max(worst, ((padded_grads[i] - plain_grads[i]).abs().max() /
+                             plain_grads[i].abs().max().clamp_min(1e-12)).item<double>());
+  }
+  CHECK(worst < 1e-6);
 }

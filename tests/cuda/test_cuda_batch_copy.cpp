@@ -71,6 +71,7 @@ std::pair<Recorder, std::vector<torch::Tensor>> train_on_cuda(mnist::MnistTask& 
   fixed.lrs = {0.05};
   auto scheduler = std::make_unique<optim::Fixed>(*optimizer, fixed);
   ControllerOptions copts;
+  copts.read_late = false;  // the recorder takes every update's loss as it returns
   copts.clip_norm = 0;
   copts.device = torch::Device(torch::kCUDA, 0);
   Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts);

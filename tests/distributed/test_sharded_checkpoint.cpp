@@ -72,16 +72,6 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
   return run_processes(commands(dir, sharding, batches, budgets, updates, more), 300s);
 }
 
-void require_all(const std::vector<ProcessResult>& ranks, const std::string& who) {
-  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], who + ": rank " + std::to_string(r));
-}
-
-std::vector<torch::Tensor> params_of(const std::string& checkpoint) {
-  hetseq::mnist::MnistNet net;
-  hetseq::load_model(*net, checkpoint);
-  return net->parameters();
-}
-
 // Every file of a directory with its bytes: what "nothing overwritten" compares.
 std::map<std::string, std::string> contents(const fs::path& dir) {
   std::map<std::string, std::string> out;
@@ -202,7 +192,7 @@ TEST_CASE("A sharded checkpoint keeps each rank's shard in its own file and resu
   CHECK(manifest.num_updates == 10);
   REQUIRE(manifest.shards.size() == 3);
   int64_t total = 0;
-  for (const auto& p : params_of(last)) total += p.numel();
+  for (const auto& p : mnist_params_of(last)) total += p.numel();
   CHECK(manifest.total_numel == total);
   const std::vector<double> share{0.25, 0.25, 0.5};
   for (size_t r = 0; r < 3; ++r) {
@@ -217,7 +207,7 @@ TEST_CASE("A sharded checkpoint keeps each rank's shard in its own file and resu
   // Read whole, the shards are the ordinary checkpoint's state (os trains what none trains, bit for bit).
   const auto expected = hetseq::load_checkpoint(ordinary / "ck/checkpoint_last.pt");
   std::vector<int64_t> numels;
-  for (const auto& p : params_of(last)) numels.push_back(p.numel());
+  for (const auto& p : mnist_params_of(last)) numels.push_back(p.numel());
   const auto whole = open_shards(last)->read_range(0, total, numels);
   size_t buffers = 0;
   for (const auto& [k, t] : *expected.optimizer_state) {
@@ -259,9 +249,9 @@ TEST_CASE("A sharded checkpoint keeps each rank's shard in its own file and resu
   require_all(train(s1.path(), "none", {49}, {}, 20), "sharded to 1 rank none");
   require_all(train(o1.path(), "none", {49}, {}, 20), "ordinary to 1 rank none");
   require_all(train(straight.path(), "none", kThree, {}, 20), "uninterrupted none");
-  const auto reference = params_of(straight / "ck/checkpoint_last.pt");
-  const auto a = params_of(s2 / "ck/checkpoint_last.pt"), a_ordinary = params_of(o2 / "ck/checkpoint_last.pt");
-  const auto b = params_of(s1 / "ck/checkpoint_last.pt"), b_ordinary = params_of(o1 / "ck/checkpoint_last.pt");
+  const auto reference = mnist_params_of(straight / "ck/checkpoint_last.pt");
+  const auto a = mnist_params_of(s2 / "ck/checkpoint_last.pt"), a_ordinary = mnist_params_of(o2 / "ck/checkpoint_last.pt");
+  const auto b = mnist_params_of(s1 / "ck/checkpoint_last.pt"), b_ordinary = mnist_params_of(o1 / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < reference.size(); ++i) {
     INFO("parameter " << i);
     CHECK(torch::equal(a[i], a_ordinary[i]));
@@ -394,8 +384,8 @@ TEST_CASE("SIGKILL during a sharded save leaves the previous checkpoint loadable
                                {"--save-interval-updates", "2", "--keep-interval-updates", "1"});
     require_all(resumed, "resumed");
     CHECK_THAT(resumed[0].err, Contains("resumed from") && Contains("2 updates done"));
-    const auto expected = params_of(straight / "ck/checkpoint_last.pt");
-    const auto got = params_of(last);
+    const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
+    const auto got = mnist_params_of(last);
     for (size_t i = 0; i < expected.size(); ++i) CHECK(torch::equal(got[i], expected[i]));
     // Retention: checkpoint_1_6.pt and checkpoint_last.pt, each with its manifest and 3 shards, and
     // nothing of the killed save or of the checkpoints that retention removed.

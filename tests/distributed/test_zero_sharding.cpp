@@ -47,16 +47,6 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
   return run_processes(commands, 300s);
 }
 
-void require_all(const std::vector<ProcessResult>& ranks, const std::string& who) {
-  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], who + ": rank " + std::to_string(r));
-}
-
-std::vector<torch::Tensor> params_of(const std::string& checkpoint) {
-  hetseq::mnist::MnistNet net;
-  hetseq::load_model(*net, checkpoint);
-  return net->parameters();
-}
-
 }  // namespace
 
 TEST_CASE("Sharding os with budgets 1:1:2 trains the parameters of --zero-sharding none, bit for bit",
@@ -67,8 +57,8 @@ TEST_CASE("Sharding os with budgets 1:1:2 trains the parameters of --zero-shardi
   const auto os = train(os_dir.path(), "os");
   for (size_t r = 0; r < os.size(); ++r) require_success(os[r], "os: rank " + std::to_string(r));
 
-  const auto expected = params_of(none_dir / "ck/checkpoint_last.pt");
-  const auto got = params_of(os_dir / "ck/checkpoint_last.pt");
+  const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
   REQUIRE(expected.size() == got.size());
   int64_t total = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -130,7 +120,7 @@ TEST_CASE("A sharded checkpoint (os, budgets 1:1:2) resumes under other budgets 
           "[distributed][multiprocess][zero_shard]") {
   TempDir straight, dir_os, dir_none;
   require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
-  const auto expected = params_of(straight / "ck/checkpoint_last.pt");
+  const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
   for (const auto* dir : {&dir_os, &dir_none}) {
     require_all(train(dir->path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
   }
@@ -145,8 +135,8 @@ TEST_CASE("A sharded checkpoint (os, budgets 1:1:2) resumes under other budgets 
   require_all(os, "resumed os 3:1:1");
   CHECK_THAT(os[0].err, Catch::Contains("resumed from"));
   require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
-  const auto a = params_of(dir_os / "ck/checkpoint_last.pt");
-  const auto b = params_of(dir_none / "ck/checkpoint_last.pt");
+  const auto a = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
+  const auto b = mnist_params_of(dir_none / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("parameter " << i << ": max |difference| os " << (a[i] - expected[i]).abs().max().item<double>()
                       << ", none " << (b[i] - expected[i]).abs().max().item<double>());
@@ -164,8 +154,8 @@ TEST_CASE("Sharding os under --bf16 autocast trains the parameters of none, bit 
   require_all(os, "os --bf16");
   CHECK_THAT(os[0].err, Catch::Contains("[bf16] bfloat16 forward passes"));
   CHECK(json_lines(os[0].out, "shard").size() == 3);
-  const auto expected = params_of(none_dir / "ck/checkpoint_last.pt");
-  const auto got = params_of(os_dir / "ck/checkpoint_last.pt");
+  const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(got[i], expected[i]));

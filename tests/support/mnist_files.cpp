@@ -10,7 +10,9 @@
 
 #include "support/temp_dir.h"
 #include "support/test_paths.h"
+#include "hetseq/checkpoint/checkpoint_file.h"
 #include "tasks/mnist/idx_reader.h"
+#include "tasks/mnist/mnist_model.h"
 
 namespace hetseq::test {
 namespace {
@@ -79,6 +81,12 @@ const std::string& fashion_mnist_prefix(int64_t train, int64_t test) {
     dir = std::move(made);
   }
   return dir->path();
+}
+
+std::vector<torch::Tensor> mnist_params_of(const std::string& checkpoint) {
+  hetseq::mnist::MnistNet net;
+  hetseq::load_model(*net, checkpoint);
+  return net->parameters();
 }
 
 }  // namespace hetseq::test

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <torch/types.h>
 
 namespace hetseq::test {
 
@@ -20,5 +23,8 @@ void write_mnist_prefix(const std::string& source, const std::string& dir, int64
 /// written by write_mnist_prefix once per test process and size, and removed when the process exits: real data
 /// for multi-process tests, without every rank of every run loading and normalising all 60000 images.
 const std::string& fashion_mnist_prefix(int64_t train, int64_t test);
+
+/// The parameters of the MNIST model saved in `checkpoint` (a hetseq checkpoint or model file).
+std::vector<torch::Tensor> mnist_params_of(const std::string& checkpoint);
 
 }  // namespace hetseq::test

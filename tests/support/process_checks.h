@@ -34,4 +34,9 @@ inline void require_success(const ProcessResult& r, const std::string& who) {
   REQUIRE(r.exit_code == 0);
 }
 
+/// require_success for every rank of a run, [rank]; the failure names `who` and the rank.
+inline void require_all(const std::vector<ProcessResult>& ranks, const std::string& who) {
+  for (size_t r = 0; r < ranks.size(); ++r) require_success(ranks[r], who + ": rank " + std::to_string(r));
+}
+
 }  // namespace hetseq::test

@@ -78,7 +78,9 @@ TEST_CASE("A run that --max-update stops inside an epoch validates after its las
   optim::FixedOptions fixed;
   fixed.lrs = {0.1};
   auto scheduler = std::make_unique<optim::Fixed>(*optimizer, fixed);
-  Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, ControllerOptions{});
+  ControllerOptions copts;
+  copts.read_late = false;  // the observer takes every update's loss as it returns
+  Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts);
   PlanSchedule schedule({4}, {{1}}, {4}, 0);  // 10 updates per epoch of 40 samples
   ValidatorOptions vopts;
   vopts.num_workers = 0;

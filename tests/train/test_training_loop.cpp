@@ -71,6 +71,7 @@ RankRun train_one_epoch(mnist::MnistTask& task, std::shared_ptr<torch::nn::Modul
   fixed.lrs = {0.05};
   auto scheduler = std::make_unique<optim::Fixed>(*optimizer, fixed);
   ControllerOptions copts;
+  copts.read_late = false;  // the recorder takes every update's loss as it returns
   copts.clip_norm = 0;
   copts.rank = rank;
   Controller controller(task, model, std::move(optimizer), std::move(scheduler), reducer, copts, channel);
