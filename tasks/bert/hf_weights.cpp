@@ -183,7 +183,7 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
     }
     param->copy_(tensor.to(param->dtype()));
     assigned.insert(name);
-    report.loaded.push_back(name);
+    if (!part.defined()) report.loaded.push_back(name);  // a fused parameter counts once, below
   }
   // A fused parameter is loaded when each of its parts is.
   for (const auto& p : params) {
@@ -195,6 +195,7 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
     if (assigned.count(base + "query." + leaf) && assigned.count(base + "key." + leaf) &&
         assigned.count(base + "value." + leaf)) {
       assigned.insert(p.key());
+      report.loaded.push_back(p.key());
     }
   }
   bool any_encoder = false;

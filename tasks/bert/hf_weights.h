@@ -26,7 +26,7 @@ std::string find_weights_file(const std::string& path);
 /// What load_hf_weights did.
 struct LoadReport {
   std::string file;
-  std::vector<std::string> loaded;      // our parameter names that got a tensor
+  std::vector<std::string> loaded;      // our parameter names that got a tensor (a fused QKV one: all three parts)
   std::vector<std::string> missing;     // our parameters the file has no tensor for (kept as initialised)
   std::vector<std::string> unexpected;  // file tensors that match nothing of ours (ignored)
 };

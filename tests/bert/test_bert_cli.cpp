@@ -114,7 +114,7 @@ TEST_CASE("hetseq-train --task bert --init-from loads Hugging Face weights and r
 // Note [Step profile], as benchmarks/bert_throughput.sh reads it: the JSON line's figures for the timed updates only,
 // with no host read in a world of one (Note [Reading an update late]); and --cuda-graph on a CPU rank says in one
 // line why it cannot capture and trains on (Note [CUDA-graph updates]), to the same weights' losses as without it.
-TEST_CASE("hetseq-train --step-profile measures the steady state; --cuda-graph on a CPU says why and trains on",
+TEST_CASE("hetseq-train --step-profile measures the steady state, and --cuda-graph on a CPU says why and trains on",
           "[bert][cli]") {
   TempDir dir;
   write_shard(dir / "toy_train_0.hdf5", make_shard(64, 16, 4));

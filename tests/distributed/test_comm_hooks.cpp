@@ -404,6 +404,7 @@ TEST_CASE("fp16 comm hook with loss scaling: an update that overflows float16 on
       auto controller =
           make_controller(tasks[rank], models[rank], reducer, std::make_shared<GroupChannel>(group, torch::kCPU, false));
       controller->train_update({make_batch(rank, 4, 1e7)});  // mean gradients of about 1e7
+      controller->read_late_update();  // the norm is read after the update (Note [Reading an update late])
     });
     for (int r = 0; r < kWorld; ++r) {
       CAPTURE(r);
