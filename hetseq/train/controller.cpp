@@ -148,12 +148,7 @@ UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
                                  "through that Backward",
                                  channel_->rank(), channel_->world_size()));
   }
-  reducer_->finish_update();
-  UpdateAgreement agreed = channel_->finish_update();
-  result.sums = std::move(agreed.sums);
-  result.stop_agreed = agreed.stop;
-  result.late_stat_rounds = agreed.late_rounds;
-  result.reduction = reducer_->last_timing();
+  finish_round(result);
   const double sample_size = sum_or(result.sums, "sample_size");
   HETSEQ_ASSERT(sample_size > 0, "an update with no samples on any rank");
 
@@ -302,12 +297,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
     const TraceSpan span(tracer_.get(), "graph_replay");
     graph_->replay();
   }
-  reducer_->finish_update();
-  UpdateAgreement agreed = channel_->finish_update();
-  result.sums = std::move(agreed.sums);
-  result.stop_agreed = agreed.stop;
-  result.late_stat_rounds = agreed.late_rounds;
-  result.reduction = reducer_->last_timing();
+  finish_round(result);
   late_tensors_ = graph_tensors_;
   late_norm_ = graph_norm_;
   result.gnorm = std::nan("");
@@ -382,6 +372,15 @@ std::optional<UpdateResult> Controller::read_late_update() {
   p.result.late = false;
   update_meters(p.result);
   return std::move(p.result);
+}
+
+void Controller::finish_round(UpdateResult& result) {
+  reducer_->finish_update();
+  UpdateAgreement agreed = channel_->finish_update();
+  result.sums = std::move(agreed.sums);
+  result.stop_agreed = agreed.stop;
+  result.late_stat_rounds = agreed.late_rounds;
+  result.reduction = reducer_->last_timing();
 }
 
 void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads) {

@@ -146,6 +146,9 @@ class Controller {
   /// Forward and backward of every micro-batch of an update; starts this rank's summed statistics on the
   /// channel at the last backward and counts its reads of the device in `host_reads`.
   void run_micro_batches(const std::vector<Batch>& micro_batches, double loss_scale, int64_t& host_reads);
+  /// After the update's backward passes: the reducer's sums and the channel's agreement (statistics, stop
+  /// vote, timing) into `result`.
+  void finish_round(UpdateResult& result);
   /// The backward of micro-batch `index` of `count`, as Task::Backward: autocast off, the loss times
   /// `loss_scale`, the reducer's hooks armed (the last one with the channel's global sample count).
   void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);

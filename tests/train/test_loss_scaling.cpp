@@ -171,6 +171,18 @@ struct Trainer {
     for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
     return out;
   }
+
+  // Samples 0..15 as `parts` micro-batches (sample i in micro-batch i % parts), pinned when `pin`, as the
+  // BatchLoader gives them on a CUDA rank.
+  std::vector<hetseq::Batch> split(int64_t parts, bool pin = false) const {
+    std::vector<hetseq::Batch> batches;
+    for (int64_t m = 0; m < parts; ++m) {
+      std::vector<int64_t> rows;
+      for (int64_t i = m; i < 16; i += parts) rows.push_back(i);
+      batches.push_back(pin ? data->collate(rows).pin_memory() : data->collate(rows));
+    }
+    return batches;
+  }
 };
 
 }  // namespace
@@ -259,13 +271,7 @@ TEST_CASE("an update reads the device after the next one, however many micro-bat
     Trainer t(dir.path(), Precision::kFloat32, scaling ? scaler_options(128, 2000) : std::optional<LossScalerOptions>());
     for (const int64_t parts : {1, 2, 4}) {
       INFO(parts << " micro-batches");
-      std::vector<hetseq::Batch> batches;
-      for (int64_t m = 0; m < parts; ++m) {
-        std::vector<int64_t> rows;
-        for (int64_t i = m; i < 16; i += parts) rows.push_back(i);
-        batches.push_back(t.data->collate(rows));
-      }
-      const auto returned = t.controller->train_update(batches);
+      const auto returned = t.controller->train_update(t.split(parts));
       // Without loss scaling the statistics and the norm stay on the device until read; with it, the skip
       // decision needs the norm at once, and the statistics come with it.
       CHECK(returned.late == !scaling);
@@ -340,12 +346,7 @@ TEST_CASE("CUDA: an update syncs with the device not at all in the steady state,
     t.update(0);  // the first update allocates the optimizer's buffers and warms the allocator
     for (const int64_t parts : {1, 2, 4}) {
       INFO(parts << " micro-batches");
-      std::vector<hetseq::Batch> batches;
-      for (int64_t m = 0; m < parts; ++m) {
-        std::vector<int64_t> rows;
-        for (int64_t i = m; i < 16; i += parts) rows.push_back(i);
-        batches.push_back(t.data->collate(rows).pin_memory());  // as the BatchLoader gives them on a CUDA rank
-      }
+      const std::vector<hetseq::Batch> batches = t.split(parts, /*pin=*/true);
       torch::cuda::synchronize();
       SyncCounter counter;
       const auto r = t.controller->train_update(batches);
