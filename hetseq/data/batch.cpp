@@ -46,7 +46,6 @@ bool Batch::pinned() const {
 Batch Batch::pin_memory() const {
   Batch out;
   out.num_samples = num_samples;
-  out.counts = counts;
   for (const auto& [name, tensor] : fields) {
     out.fields.emplace(name, tensor.numel() == 0 || tensor.is_pinned() ? tensor : tensor.pin_memory());
   }
@@ -56,7 +55,6 @@ Batch Batch::pin_memory() const {
 Batch Batch::to(const torch::Device& device) const {
   Batch out;
   out.num_samples = num_samples;
-  out.counts = counts;
   if (!device.is_cuda() || !pinned()) {
     for (const auto& [name, tensor] : fields) {
       // A tensor already there is shared without a call: a conversion to the CPU is a host read to

@@ -15,10 +15,6 @@ namespace hetseq {
 struct Batch {
   std::map<std::string, torch::Tensor> fields;  // [field name]
   int64_t num_samples = 0;
-  /// Numbers the collate knew on the host, by name, for a task to read without waiting for the device
-  /// (BERT's count of real masked tokens when the positions are padded to a fixed count). They travel
-  /// with the batch unchanged.
-  std::map<std::string, double> counts;
 
   /// The tensor stored under `name`; throws hetseq::InternalError when it is missing.
   const torch::Tensor& at(const std::string& name) const;

@@ -24,16 +24,17 @@ struct OpCounterAccess {
 namespace {
 
 std::atomic<OpCounter*> active{nullptr};
-thread_local int read_depth = 0;  // host reads open on this thread (a read nested in one counts once)
-thread_local std::vector<const char*> open_ops;  // [depth] the ATen operators running on this thread
+/// An ATen operator running on this thread, and whether it is a host read.
+struct OpenOp {
+  const char* name;
+  bool read;
+};
+thread_local std::vector<OpenOp> open_ops;  // [depth]
 // HETSEQ_HOST_READ_TRACE=1: each counted read is printed with the operators it runs inside.
 const bool trace_reads = std::getenv("HETSEQ_HOST_READ_TRACE") != nullptr;
 
-/// Closes an operator at its end; `read` whether it was a counted host read.
-struct OpContext final : at::ObserverContext {
-  explicit OpContext(bool is_read) : read(is_read) {}
-  bool read;
-};
+/// Marks an operator that on_start pushed onto open_ops, for on_end to pop.
+struct OpContext final : at::ObserverContext {};
 
 std::optional<size_t> argument(const c10::FunctionSchema& schema, std::string_view name) {
   const auto& args = schema.arguments();
@@ -84,15 +85,12 @@ bool is_host_read(const at::RecordFunction& fn) {
   return false;
 }
 
-/// Whether the operator starting now was called by the program, not inside another operator's
-/// implementation: every open operator is a read itself or only wraps one (item, is_nonzero).
-bool called_by_the_program() {
-  for (const char* op : open_ops) {
-    const std::string_view name = op;
-    if (name != "aten::item" && name != "aten::is_nonzero" && name != "aten::_local_scalar_dense" &&
-        name != "aten::to" && name != "aten::_to_copy" && name != "aten::copy_") {
-      return false;
-    }
+/// Whether a read starting now counts: called by the program, not inside another operator's implementation
+/// (every open operator only wraps a read: item, is_nonzero), and not inside a read that counted already.
+bool counts_as_new_read() {
+  for (const OpenOp& op : open_ops) {
+    const std::string_view name = op.name;
+    if (op.read || (name != "aten::item" && name != "aten::is_nonzero")) return false;
   }
   return true;
 }
@@ -102,23 +100,21 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (counter == nullptr || std::strncmp(fn.name(), "aten::", 6) != 0) return nullptr;
   OpCounterAccess::ops(*counter).fetch_add(1, std::memory_order_relaxed);
   if (open_ops.empty()) OpCounterAccess::top(*counter).fetch_add(1, std::memory_order_relaxed);
-  const bool read = is_host_read(fn) && called_by_the_program();
-  if (read && read_depth++ == 0) {
+  const bool read = is_host_read(fn);
+  if (read && counts_as_new_read()) {
     OpCounterAccess::reads(*counter).fetch_add(1, std::memory_order_relaxed);
     if (trace_reads) {
       std::string inside;
-      for (const char* op : open_ops) inside += std::string(" < ") + op;
+      for (const OpenOp& op : open_ops) inside += std::string(" < ") + op.name;
       std::fprintf(stderr, "[host read] %s%s\n", fn.name(), inside.c_str());
     }
   }
-  open_ops.push_back(fn.name());
-  return std::make_unique<OpContext>(read);
+  open_ops.push_back({fn.name(), read});
+  return std::make_unique<OpContext>();
 }
 
 void on_end(const at::RecordFunction& /*fn*/, at::ObserverContext* context) {
-  if (context == nullptr) return;
-  open_ops.pop_back();
-  if (static_cast<OpContext*>(context)->read) --read_depth;
+  if (context != nullptr) open_ops.pop_back();
 }
 
 }  // namespace

@@ -18,8 +18,7 @@ void add_into(LogSums& into, const LogSums& from) {
   for (const auto& [k, v] : from) into[k] += v;
 }
 
-// Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
-// run draws what the uninterrupted one drew.
+/// The error of an update whose gradient norm `gnorm` is not finite.
 InputError diverged(int64_t update, double gnorm) {
   return InputError(fmt::format(
       "update {}: the gradient norm is {} on every rank, so the update would ruin the model. The loss diverged "
@@ -28,6 +27,17 @@ InputError diverged(int64_t update, double gnorm) {
       update, gnorm));
 }
 
+/// A step's statistics into an update's sums: the host ones (sample_size from its field) and the device ones.
+void add_step(LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
+  for (const auto& [name, value] : step.log) {
+    if (name != "sample_size") into[name] += value;
+  }
+  into["sample_size"] += step.sample_size;
+  add_log_tensors(into_tensors, logged_tensors(step));
+}
+
+// Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
+// run draws what the uninterrupted one drew.
 uint64_t update_seed(uint64_t seed, int64_t num_updates, int64_t rank) {
   uint64_t x = seed ^ (static_cast<uint64_t>(num_updates) * 0x9E3779B97F4A7C15ULL) ^
                (static_cast<uint64_t>(rank) * 0xC2B2AE3D27D4EB4FULL);
@@ -170,17 +180,21 @@ UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
     const TraceSpan span(tracer_.get(), "optimizer");
     optimizer_->step();
   }
+  end_update(result);
+  return result;
+}
+
+void Controller::end_update(const UpdateResult& result) {
   ++num_updates_;
   lr_scheduler_->step_update(num_updates_);
   if (result.late) {
     // The previous update's values have long been computed; this one's are read after the next update.
     read_late_update();
-    keep_late(result, late_norm_);
+    keep_late(result);
   } else {
     update_meters(result);
   }
   meters_.train_wall.stop();
-  return result;
 }
 
 // Note [CUDA-graph updates]
@@ -211,7 +225,7 @@ UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
 bool Controller::fits_graph(const std::vector<Batch>& micro_batches) {
   const Batch& batch = micro_batches.front();
   bool fits = micro_batches.size() == 1 && !batch.empty();
-  if (fits && graph_state_ != GraphState::kWarmUp && graph_state_ != GraphState::kCapture) {
+  if (fits && graph_state_ == GraphState::kReplay) {
     fits = batch.num_samples == graph_batch_.num_samples && batch.fields.size() == graph_batch_.fields.size();
     for (const auto& [name, tensor] : graph_batch_.fields) {
       const auto it = batch.fields.find(name);
@@ -233,7 +247,6 @@ UpdateResult Controller::capture_update(const Batch& batch) {
     torch::NoGradGuard no_grad;
     graph_batch_ = Batch();
     graph_batch_.num_samples = batch.num_samples;
-    graph_batch_.counts = batch.counts;
     for (const auto& [name, tensor] : batch.fields) graph_batch_.fields.emplace(name, tensor.clone());
   }
   model_->train();
@@ -245,11 +258,7 @@ UpdateResult Controller::capture_update(const Batch& batch) {
       LogTensors local_tensors;
       bool called = false;
       const Task::Backward backward = [&](const StepOutput& step) {
-        for (const auto& [name, value] : step.log) {
-          if (name != "sample_size") local[name] += value;
-        }
-        local["sample_size"] += step.sample_size;
-        add_log_tensors(local_tensors, logged_tensors(step));
+        add_step(local, local_tensors, step);
         called = true;
         run_backward(step.loss, 0, 1, 1.0);
       };
@@ -306,11 +315,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
     const TraceSpan span(tracer_.get(), "optimizer");
     optimizer_->step();
   }
-  ++num_updates_;
-  lr_scheduler_->step_update(num_updates_);
-  read_late_update();
-  keep_late(result, late_norm_);
-  meters_.train_wall.stop();
+  end_update(result);
   return result;
 }
 
@@ -334,7 +339,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
 // the model is ruined either way, and no checkpoint is written after it, since state() reads first.
 // Under --fp16 the host reads the norm at once: whether the update is skipped decides the update count,
 // the learning rate and the loss scale of the next update on the host (Note [Loss scaling]).
-void Controller::keep_late(UpdateResult result, const torch::Tensor& norm) {
+void Controller::keep_late(UpdateResult result) {
   torch::NoGradGuard no_grad;
   PendingUpdate p;
   std::vector<torch::Tensor> values;  // [value] float64 scalars on the device
@@ -343,7 +348,7 @@ void Controller::keep_late(UpdateResult result, const torch::Tensor& norm) {
     values.push_back(value.detach().reshape({}).to(torch::kFloat64));
   }
   late_tensors_.clear();
-  values.push_back(norm.reshape({}));
+  values.push_back(late_norm_.reshape({}));
   const torch::Tensor on_device = torch::stack(values);
   const bool cuda = on_device.is_cuda();
   p.values = torch::empty({on_device.size(0)}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(cuda));
@@ -389,14 +394,6 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
   // backward reads them all at once (Note [Statistics on the device]).
   LogSums local;
   LogTensors local_tensors;
-  // A step's statistics into the sums.
-  auto add_step = [](LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
-    for (const auto& [name, value] : step.log) {
-      if (name != "sample_size") into[name] += value;
-    }
-    into["sample_size"] += step.sample_size;
-    add_log_tensors(into_tensors, logged_tensors(step));
-  };
   // What the last micro-batch gave its backward, to hold the task to it after its train_step returns.
   LogSums last_log;
   double last_sample_size = 0;

@@ -169,8 +169,12 @@ class Controller {
   /// Whether this update's device values are read late: not under loss scaling, whose skip decision
   /// the host needs at once. See Note [Reading an update late].
   bool reads_late() const { return options_.read_late && scaler_ == nullptr; }
-  /// Starts the copy of the update's late values to the host and keeps them as pending_.
-  void keep_late(UpdateResult result, const torch::Tensor& norm);
+  /// Starts the copy of the update's late values (late_tensors_, late_norm_) to the host and keeps them as
+  /// pending_.
+  void keep_late(UpdateResult result);
+  /// The end of an applied update: the count, the learning rate, the meters (or the late values kept and the
+  /// previous ones read), the update's wall time.
+  void end_update(const UpdateResult& result);
   /// The meters and epoch sums after an applied update.
   void update_meters(const UpdateResult& result);
 

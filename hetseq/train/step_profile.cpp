@@ -84,7 +84,7 @@ void StepProfile::finish() {
   r.device_ms = median_ms(device_s_);
   r.peak_memory_bytes = peak_memory_bytes(options_.device);
   result_ = r;
-  if (options_.print && options_.rank == 0) {
+  if (options_.rank == 0) {
     const std::string line = step_profile_json(r, options_.rank);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fputc('\n', stdout);

@@ -18,8 +18,7 @@ struct StepProfileOptions {
   int64_t warmup = 20;  // (at least 1) updates trained before the timed ones, excluded from every figure
   int64_t timed = 0;    // updates timed (0: no profile)
   c10::Device device = c10::kCPU;
-  int64_t rank = 0;
-  bool print = true;  // print the JSON line (rank 0 of a run)
+  int64_t rank = 0;  // rank 0 prints the JSON line
 };
 
 /// The figures of a step profile (Note [Step profile]).

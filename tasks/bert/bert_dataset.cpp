@@ -180,7 +180,6 @@ Batch BertDataset::collate(const std::vector<int64_t>& indices) const {
   if (options_.static_shapes || n == 0 || !input_mask.all().item<bool>()) batch.fields.emplace("input_mask", input_mask);
   torch::Tensor index = masked_lm_index(labels);                          // [M]
   torch::Tensor targets = labels.reshape({-1}).index_select(0, index);    // [M]
-  batch.counts["masked_tokens"] = static_cast<double>(index.size(0));
   if (options_.static_shapes) {  // See Note [Static BERT batches].
     const int64_t padding = n * max_predictions_ - index.size(0);
     HETSEQ_ASSERT(padding >= 0, "{} masked tokens in a batch of {} sequences of at most {} each", index.size(0), n,

@@ -40,8 +40,10 @@ struct BertDataOptions {
 // largest number a shard holds per sequence, at most --max_pred_length), the extra entries at flat position 0
 // with target -1. The loss ignores a target of -1 (its cross-entropy, count and correct count are 0), so the
 // loss and the gradients equal the unpadded batch's, up to the order in which the products over the masked rows
-// are summed (tests/bert/test_bert_task.cpp states the tolerance). `counts["masked_tokens"]` holds the real
-// number, for `ntokens`.
+// are summed (tests/bert/test_bert_task.cpp states the tolerance). The task then counts the real masked tokens
+// (`ntokens`) on the device: a batch's host statistics must depend on its shape only (Note [CUDA-graph
+// updates]), and the loss takes the padded path for every batch, so that a captured graph holds the path that
+// every replay needs.
 
 // Note [BERT shards in memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -65,7 +67,7 @@ torch::Tensor masked_lm_index(const torch::Tensor& labels);
 /// the batch is padded: then attention needs no mask), `masked_lm_labels` [n, S]
 /// (the true id at masked positions, -1 elsewhere, as HetSeq builds it), `masked_lm_index` [M] (see
 /// masked_lm_index; a batch-level field: M counts the masked tokens of the whole batch), `masked_lm_targets` [M]
-/// (the true ids there, found on the host) and `next_sentence_labels` [n]; `counts["masked_tokens"]` is M. See
+/// (the true ids there, found on the host) and `next_sentence_labels` [n]. See
 /// Note [BERT shards in memory], and Note [Static BERT batches] for static_shapes.
 class BertDataset : public Dataset {
  public:

@@ -101,9 +101,7 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   const torch::Tensor targets = given != batch.fields.end() ? given->second
                                                             : labels.reshape({-1}).index_select(0, masked);  // [M]
   // Padded to a fixed count (Note [Static BERT batches]): the extra entries have target -1 and count for nothing.
-  const auto real = batch.counts.find("masked_tokens");
-  const int64_t masked_tokens = real != batch.counts.end() ? static_cast<int64_t>(real->second) : masked.size(0);
-  const bool padded = masked_tokens != masked.size(0);
+  const bool padded = options_.static_shapes;
   const torch::Tensor sequence_of = masked.div(s, "floor");  // [M]
   const BertPreTrainingOutput pred =
       net->forward(batch.at("input_ids"), batch.at("segment_ids"), input_mask_of(batch), masked);
@@ -126,12 +124,12 @@ StepOutput BertTask::compute_loss(torch::nn::Module& model, const Batch& batch) 
   torch::NoGradGuard no_grad;
   // Losses and correct counts stay on the device, read once per update (Note [Statistics on the device]);
   // the number of masked tokens is known on the host already (the size of masked_lm_index).
-  if (options_.static_shapes) {
+  if (padded) {
     // Host statistics that depend on the batch's shape only (a replayed CUDA graph keeps the captured ones):
     // the real masked tokens counted on the device. See Note [CUDA-graph updates].
     out.add(metrics::kNtokens, targets.ne(-1).sum());
   } else {
-    out.add(metrics::kNtokens, static_cast<double>(masked_tokens));
+    out.add(metrics::kNtokens, static_cast<double>(masked.size(0)));
   }
   out.add(metrics::kLoss, out.loss.detach());
   out.add(kMlmLossSum, mlm.detach());

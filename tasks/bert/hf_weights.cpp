@@ -148,6 +148,7 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
   const bool has_bert_prefix = params.contains("bert.embeddings.word_embeddings.weight");
 
   std::set<std::string> assigned;
+  std::map<std::string, int> fused_parts;  // [fused parameter] its parts (query, key, value) loaded
   torch::NoGradGuard no_grad;
   for (auto& [file_name, tensor] : tensors) {
     std::string name = file_name;
@@ -168,6 +169,7 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
           const int64_t rows = fused->size(0) / 3;
           part = fused->narrow(0, slice->part * rows, rows);
           param = &part;
+          ++fused_parts[slice->parameter];
         }
       }
     }
@@ -186,17 +188,10 @@ LoadReport load_hf_weights(torch::nn::Module& model, const std::string& weights_
     if (!part.defined()) report.loaded.push_back(name);  // a fused parameter counts once, below
   }
   // A fused parameter is loaded when each of its parts is.
-  for (const auto& p : params) {
-    if (p.key().find(".attention.self.qkv.") == std::string::npos && p.key().rfind("attention.self.qkv.", 0) != 0) {
-      continue;
-    }
-    const std::string leaf = p.key().substr(p.key().rfind('.') + 1);
-    const std::string base = p.key().substr(0, p.key().size() - std::string("qkv.").size() - leaf.size());
-    if (assigned.count(base + "query." + leaf) && assigned.count(base + "key." + leaf) &&
-        assigned.count(base + "value." + leaf)) {
-      assigned.insert(p.key());
-      report.loaded.push_back(p.key());
-    }
+  for (const auto& [fused, parts] : fused_parts) {
+    if (parts < 3) continue;
+    assigned.insert(fused);
+    report.loaded.push_back(fused);
   }
   bool any_encoder = false;
   for (const auto& p : params) {
