@@ -96,9 +96,12 @@ std::vector<double> AutoBalancer::local_figures() const {
   return f;
 }
 
-double AutoBalancer::deadband(const std::vector<std::vector<double>>& all) const {
+double AutoBalancer::deadband(const std::vector<std::vector<double>>& all, const std::vector<int64_t>& shares) const {
   double noise = 0;
-  for (const auto& f : all) noise = std::max(noise, f[kNoise]);
+  // A rank that sits out is measured by rare probes: its noise says nothing of the split among the others.
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (r >= shares.size() || shares[r] > 0) noise = std::max(noise, all[r][kNoise]);
+  }
   if (!options_.widen_to_noise) return options_.threshold;
   return std::min(0.5, std::max(options_.threshold, 2 * noise));
 }
@@ -120,7 +123,12 @@ void AutoBalancer::replan(const UpdateRecord& r) {
     if (f[kPoints] <= 0) return;  // a rank has nothing measured yet
   }
   const int64_t total = std::accumulate(r.shares.begin(), r.shares.end(), int64_t{0});
-  const SplitProblem p = problem(all, total);
+  SplitProblem p = problem(all, total);
+  // Not before update 2: the c10d::Reducer settles its buckets with every rank at the start of update 2.
+  if (options_.sit_out && r.num_updates >= 2) {
+    p.may_sit_out.assign(all.size(), true);
+    p.may_sit_out[0] = false;  // rank 0 writes the checkpoints and the log (Note [Sharing an update])
+  }
   const Split split = solve_split(p);
   double measured_s = 0;  // the step wall time of the split in force, the slowest rank's view
   for (const auto& f : all) measured_s = std::max(measured_s, f[kSinceSteps] > 0 ? f[kSinceStep] / f[kSinceSteps] : 0);
@@ -129,7 +137,8 @@ void AutoBalancer::replan(const UpdateRecord& r) {
               r.num_updates, fmt::join(r.shares, ","), 1e3 * measured_s, 1e3 * *predicted_s_);
   }
   predicted_s_.reset();
-  if (!worth_switching(p, r.shares, split, deadband(all))) return;
+  const double band = deadband(all, r.shares);
+  if (!worth_switching(p, r.shares, split, band)) return;
   schedule_.set_shares(r.epoch, split.shares, split.micro_batches);
   ++changes_;
   since_change_ = Totals{};
@@ -143,14 +152,26 @@ void AutoBalancer::replan(const UpdateRecord& r) {
             r.num_updates, fmt::join(r.shares, ","), fmt::join(split.shares, ","),
             several ? fmt::format(" in [{}] micro-batches", fmt::join(split.micro_batches, ",")) : "",
             1e3 * predicted_step_seconds(p, r.shares), 1e3 * split.predicted_step_s, 1e3 * measured_s,
-            ms_list(per_sample), 100 * deadband(all));
+            ms_list(per_sample), 100 * band);
+  for (const SitOut& out : split.sat_out) {
+    if (r.shares[static_cast<size_t>(out.rank)] == 0) continue;
+    log::info("[balance] rank {} sits out: it adds {:.1f} ms per update of fixed cost and would save {:.1f} ms",
+              out.rank, 1e3 * out.fixed_s, 1e3 * out.saves_s);
+  }
+  for (size_t q = 0; q < split.shares.size(); ++q) {
+    if (r.shares[q] != 0 || split.shares[q] == 0) continue;
+    log::info("[balance] rank {} takes part again: {} samples per update, predicted {:.1f} ms of compute", q,
+              split.shares[q], 1e3 * predicted_seconds(p.costs[q], split.shares[q], p.caps[q]));
+  }
 }
 
 void AutoBalancer::add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) {
   suggestion_.reset();
   const std::vector<std::vector<double>> all = gather_(local_figures());
   double ideal = 0, samples = 0, step_s = 0;  // samples/s the compute speeds allow; measured samples and time
-  for (const auto& f : all) {
+  for (size_t q = 0; q < all.size(); ++q) {
+    const auto& f = all[q];
+    if (q < shares_.size() && shares_[q] == 0) continue;  // it sat out: no part of the speed
     if (f[kEpochCompute] <= 0) return;  // nothing measured on a rank (a very short epoch)
     ideal += f[kEpochSamples] / f[kEpochCompute];
     samples += f[kEpochSamples];
@@ -181,7 +202,7 @@ void AutoBalancer::suggest(int64_t epoch, const std::vector<std::vector<double>>
   SplitProblem p = problem(all, total);
   for (size_t q = 0; q < all.size(); ++q) p.costs[q] = RankCost{0, all[q][kEpochCompute] / all[q][kEpochSamples]};
   const Split split = solve_split(p);
-  if (!worth_switching(p, shares_, split, std::max(deadband(all), 0.05))) return;
+  if (!worth_switching(p, shares_, split, std::max(deadband(all, shares_), 0.05))) return;
   std::vector<double> compute;
   for (size_t q = 0; q < all.size(); ++q) compute.push_back(predicted_seconds(p.costs[q], shares_[q], p.caps[q]));
   suggestion_ = Suggestion{split.shares, predicted_step_seconds(p, shares_) / split.predicted_step_s};

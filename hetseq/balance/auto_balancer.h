@@ -21,6 +21,7 @@ struct BalanceOptions {
   std::vector<int64_t> caps;   // [rank] --balance-cap: the largest micro-batch (0: no limit)
   int64_t multiple = 1;        // --required-batch-size-multiple
   int64_t window = 0;          // measurements kept per rank (0: --balance-interval, at least 4)
+  bool sit_out = false;        // a rank other than 0 may get a share of 0 (Note [Sitting out])
 };
 
 /// Every rank's `local` vector (the same length on every rank), [rank][k]. Every rank calls it at the
@@ -42,6 +43,12 @@ class AutoBalancer final : public TrainingObserver {
   void on_update(const UpdateRecord& record) override;
   void add_epoch_stats(int64_t epoch, std::vector<Stat>& stats) override;
 
+  /// This rank's figures for a re-plan (its fitted cost, its window's noise, its totals): what a rank that
+  /// sits out posts for the others (Note [Sharing an update]).
+  std::vector<double> figures() const { return local_figures(); }
+  /// A measurement of this rank that is not an update: a probe while it sits out.
+  void add_probe(const CostSample& sample) { window_.add(sample); }
+
   /// Splits applied so far by this process.
   int64_t changes() const { return changes_; }
   /// What balancing would do, with --auto-balance off: the split and its predicted speed-up per update.
@@ -60,7 +67,7 @@ class AutoBalancer final : public TrainingObserver {
   SplitProblem problem(const std::vector<std::vector<double>>& all, int64_t samples_per_update) const;
   /// The predicted gain a new split must bring: --balance-threshold, or (widen_to_noise) twice the
   /// noisiest rank's relative error when that is larger, at most 50%.
-  double deadband(const std::vector<std::vector<double>>& all) const;
+  double deadband(const std::vector<std::vector<double>>& all, const std::vector<int64_t>& shares) const;
   void replan(const UpdateRecord& record);
   void suggest(int64_t epoch, const std::vector<std::vector<double>>& all);
 

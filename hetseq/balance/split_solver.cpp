@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "hetseq/core/error.h"
@@ -47,6 +48,24 @@ namespace hetseq {
 // LB-BSP and OmniLearn resize every iteration; we re-plan every --balance-interval updates, which keeps
 // the collective's cost negligible and the window long enough to average noise out.
 
+// Note [Sitting out]
+// ~~~~~~~~~~~~~~~~~~
+// A rank's fixed cost a_r is paid in every update it takes part in, however few samples it gets: one forward
+// and backward, the reduction, the copies. A rank whose a_r alone is longer than the update the others take
+// without it makes every update slower, at any share of at least one sample: an old card beside a fast one,
+// or a rank the machine starves. So the solver may give it 0 (where SplitProblem::may_sit_out allows): it
+// orders the ranks that may leave by their predicted time for the smallest share (the slowest first, the higher
+// rank first among equals) and keeps the best of leaving out the first k of them, k = 0, 1, ...: a prefix, since
+// two slow ranks may each hold the update back alone, so that taking out either one gains nothing. The order is
+// a pure function of the measurements, so every rank computes the same split. The ranks left
+// share U as before; a rank at 0 takes no part in the update at all (Note [Data plan], Note [Sharing an
+// update]). What it would cost and save is reported: fixed_s, its predicted time for the smallest share it
+// could take, and saves_s, how much shorter the update would be with its samples if that share cost nothing
+// fixed (the per-sample speed it brings).
+//
+// A rank at 0 is not forgotten: it keeps being measured by probe micro-batches off the update's path, and it
+// comes back at a re-plan where the solver, given its probes, no longer takes it out.
+
 RankCost fit_rank_cost(const std::vector<std::pair<int64_t, double>>& m) {
   HETSEQ_ASSERT(!m.empty(), "fit_rank_cost without measurements");
   std::set<int64_t> sizes;
@@ -82,6 +101,7 @@ int64_t micro_batches_for(int64_t share, int64_t cap) {
 }
 
 double predicted_seconds(const RankCost& cost, int64_t share, int64_t cap) {
+  if (share == 0) return 0;  // sits out: no part in the update (Note [Sitting out])
   return static_cast<double>(micro_batches_for(share, cap)) * cost.fixed_s +
          cost.per_sample_s * static_cast<double>(share);
 }
@@ -146,29 +166,84 @@ std::vector<int64_t> round_shares(const std::vector<double>& x, int64_t total, i
 
 }  // namespace
 
-Split solve_split(const SplitProblem& p) {
+namespace {
+
+// The split of `p` among the ranks with `in[r]` true: equal predicted finish times, then rounded; 0 for the
+// others. Throws hetseq::UsageError when U is smaller than the ranks taking part.
+Split split_among(const SplitProblem& p, const std::vector<bool>& in) {
   const size_t n = p.costs.size();
-  HETSEQ_ASSERT(n > 0 && p.caps.size() == n, "solve_split: {} costs, {} caps", n, p.caps.size());
+  std::vector<size_t> ranks;  // the ranks taking part, in order
+  for (size_t r = 0; r < n; ++r) {
+    if (in[r]) ranks.push_back(r);
+  }
   const int64_t total = p.samples_per_update;
-  if (total < static_cast<int64_t>(n)) {
-    throw UsageError(fmt::format("balancing: {} samples per update cannot give each of {} ranks one", total, n));
+  if (total < static_cast<int64_t>(ranks.size())) {
+    throw UsageError(fmt::format("balancing: {} samples per update cannot give each of {} ranks one", total,
+                                 ranks.size()));
   }
   const double limit = static_cast<double>(total);
   double lo = 0, hi = 0;
-  for (size_t r = 0; r < n; ++r) hi = std::max(hi, predicted_seconds(p.costs[r], total, p.caps[r]));
-  std::vector<double> x(n);
+  for (size_t r : ranks) hi = std::max(hi, predicted_seconds(p.costs[r], total, p.caps[r]));
   for (int iteration = 0; iteration < 100; ++iteration) {
     const double mid = 0.5 * (lo + hi);
     double sum = 0;
-    for (size_t r = 0; r < n; ++r) sum += share_within(p.costs[r], p.caps[r], mid, limit);
+    for (size_t r : ranks) sum += share_within(p.costs[r], p.caps[r], mid, limit);
     (sum >= limit ? hi : lo) = mid;
   }
-  for (size_t r = 0; r < n; ++r) x[r] = share_within(p.costs[r], p.caps[r], hi, limit);
+  std::vector<double> x;
+  for (size_t r : ranks) x.push_back(share_within(p.costs[r], p.caps[r], hi, limit));
+  const std::vector<int64_t> rounded = round_shares(x, total, std::max<int64_t>(1, p.multiple));
   Split split;
-  split.shares = round_shares(x, total, std::max<int64_t>(1, p.multiple));
+  split.shares.assign(n, 0);
+  for (size_t i = 0; i < ranks.size(); ++i) split.shares[ranks[i]] = rounded[i];
   for (size_t r = 0; r < n; ++r) split.micro_batches.push_back(micro_batches_for(split.shares[r], p.caps[r]));
   split.predicted_step_s = predicted_step_seconds(p, split.shares);
   return split;
+}
+
+}  // namespace
+
+Split solve_split(const SplitProblem& p) {
+  const size_t n = p.costs.size();
+  HETSEQ_ASSERT(n > 0 && p.caps.size() == n, "solve_split: {} costs, {} caps", n, p.caps.size());
+  HETSEQ_ASSERT(p.may_sit_out.empty() || p.may_sit_out.size() == n, "solve_split: {} sit-out flags for {} ranks",
+                p.may_sit_out.size(), n);
+  std::vector<bool> in(n, true);
+  Split best = split_among(p, in);
+  // Note [Sitting out]: the ranks that may leave, slowest at their smallest share first (the higher rank first
+  // among equals); the best of leaving out the first k of them, for every k that leaves a rank to train.
+  const int64_t unit = std::min(std::max<int64_t>(1, p.multiple), p.samples_per_update);
+  std::vector<size_t> leaving;
+  for (size_t r = 0; r < n; ++r) {
+    if (!p.may_sit_out.empty() && p.may_sit_out[r]) leaving.push_back(r);
+  }
+  std::stable_sort(leaving.begin(), leaving.end(), [&](size_t a, size_t b) {
+    const double ta = predicted_seconds(p.costs[a], unit, p.caps[a]), tb = predicted_seconds(p.costs[b], unit, p.caps[b]);
+    return ta != tb ? ta > tb : a > b;
+  });
+  std::vector<bool> without(n, true);
+  for (size_t k = 0; k < leaving.size() && k + 1 < n; ++k) {
+    without[leaving[k]] = false;
+    Split candidate = split_among(p, without);
+    if (candidate.predicted_step_s < best.predicted_step_s * (1 - 1e-9)) {
+      best = std::move(candidate);
+      in = without;
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    if (in[r]) continue;
+    SitOut why;
+    why.rank = static_cast<int64_t>(r);
+    why.fixed_s = predicted_seconds(p.costs[r], unit, p.caps[r]);
+    // Its samples at its per-sample speed, with no fixed cost: what the others would be spared.
+    SplitProblem free_fixed = p;
+    free_fixed.costs[r].fixed_s = 0;
+    std::vector<bool> with = in;
+    with[r] = true;
+    why.saves_s = std::max(0.0, best.predicted_step_s - split_among(free_fixed, with).predicted_step_s);
+    best.sat_out.push_back(why);
+  }
+  return best;
 }
 
 bool worth_switching(const SplitProblem& p, const std::vector<int64_t>& current, const Split& proposed,

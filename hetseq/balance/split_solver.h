@@ -25,6 +25,15 @@ struct SplitProblem {
   std::vector<RankCost> costs;     // [rank]
   std::vector<int64_t> caps;       // [rank] largest micro-batch that fits in memory (0: no limit)
   int64_t multiple = 1;            // --required-batch-size-multiple
+  /// [rank] whether the rank may be given no samples at all (Note [Sitting out]); empty: none may.
+  std::vector<bool> may_sit_out;
+};
+
+/// Why a rank was given no samples: what taking part would cost, against what its samples would save.
+struct SitOut {
+  int64_t rank = 0;
+  double fixed_s = 0;  // its predicted seconds for the smallest share it could take
+  double saves_s = 0;  // how much faster the update would be with its samples, were that share free
 };
 
 /// A split of one update: each rank's share of the U samples, cut into micro-batches of at most its
@@ -33,6 +42,7 @@ struct Split {
   std::vector<int64_t> shares;         // [rank] samples per update; they sum to U
   std::vector<int64_t> micro_batches;  // [rank] ceil(share / cap), 1 without a cap
   double predicted_step_s = 0;         // the slowest rank's predicted compute time
+  std::vector<SitOut> sat_out;         // the ranks with a share of 0, in rank order
 };
 
 /// Micro-batches of a share under a cap (0: no cap).
@@ -43,9 +53,10 @@ double predicted_seconds(const RankCost& cost, int64_t share, int64_t cap);
 double predicted_step_seconds(const SplitProblem& problem, const std::vector<int64_t>& shares);
 
 /// The split with equal predicted finish times: every share at least 1, rounded by largest remainder
-/// to multiples of `multiple` where U allows, summing to U exactly. A pure function of its input, so
-/// ranks that hold the same (all-gathered) measurements compute the same split. Throws
-/// hetseq::UsageError when U is smaller than the number of ranks.
+/// to multiples of `multiple` where U allows, summing to U exactly; except that a rank that may sit out
+/// gets 0 where the update is predicted faster without it (Note [Sitting out]). A pure function of its
+/// input, so ranks that hold the same (all-gathered) measurements compute the same split. Throws
+/// hetseq::UsageError when U is smaller than the number of ranks that take part.
 Split solve_split(const SplitProblem& problem);
 
 /// Hysteresis: whether `proposed` is predicted to be faster than `current` [rank] by more than

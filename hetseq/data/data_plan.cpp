@@ -65,6 +65,7 @@ void DataPlan::validate() const {
     throw UsageError(fmt::format("data plan: rank {} outside world size {}", rank, world_size()));
   }
   for (int64_t r = 0; r < world_size(); ++r) {
+    if (sits_out(r)) continue;  // a balanced split's zero share: batch size 0 in one (empty) micro-batch
     if (batch_sizes[r] <= 0) {
       throw UsageError(fmt::format("--max-sentences: rank {} has batch size {}; it must be positive", r,
                                    batch_sizes[r]));
@@ -78,13 +79,21 @@ void DataPlan::validate() const {
   if (shares.size() != batch_sizes.size()) {
     throw UsageError(fmt::format("data plan: {} shares for {} ranks", shares.size(), batch_sizes.size()));
   }
+  int64_t working = 0;
   for (int64_t r = 0; r < world_size(); ++r) {
+    if (sits_out(r)) continue;
+    ++working;
     if (shares[r] < update_freqs[r] || shares[r] > batch_sizes[r] * update_freqs[r]) {
       throw UsageError(fmt::format("data plan: rank {} has a share of {} samples in {} micro-batches of at most {}; "
                                    "a share needs at least one sample per micro-batch",
                                    r, shares[r], update_freqs[r], batch_sizes[r]));
     }
   }
+  if (working == 0) throw UsageError("data plan: every rank's share is 0; at least one rank must train");
+}
+
+bool DataPlan::sits_out(int64_t r) const {
+  return !shares.empty() && shares[static_cast<size_t>(r)] == 0 && update_freqs[static_cast<size_t>(r)] == 1;
 }
 
 }  // namespace hetseq

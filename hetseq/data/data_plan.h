@@ -27,6 +27,10 @@ namespace hetseq {
 // micro-batch count m_r (71 samples under a memory cap of 64: m_r = 2). Its slice is then s_r
 // consecutive samples and micro-batch k of them covers [floor(k s_r / m_r), floor((k+1) s_r / m_r)),
 // sizes that differ by at most one (36 + 35). With s_r = b_r * u_r that is the cut above.
+//
+// A balanced split may also give a rank a share of 0 (Note [Sitting out]): its slice is empty, its
+// batch size 0 in one micro-batch, and the others' slices cover the whole chunk, so every sample is
+// still used once.
 
 /// The data plan of one rank: the micro-batch sizes and update frequencies of all ranks.
 /// See Note [Data plan].
@@ -50,6 +54,9 @@ struct DataPlan {
   int64_t share(int64_t r) const;
   /// Every rank's samples per update, [rank].
   std::vector<int64_t> all_shares() const;
+  /// Whether rank `r` has a share of 0 in a balanced split: it takes no part in the updates (Note
+  /// [Sitting out]).
+  bool sits_out(int64_t r) const;
   /// Offset of rank `r`'s slice inside an update's chunk.
   int64_t slice_offset(int64_t r) const;
   /// Where micro-batch `k` of rank `r` starts inside its slice (k = update_freqs[r]: the slice's end).

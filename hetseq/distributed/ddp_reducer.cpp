@@ -200,11 +200,13 @@ constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial
 // powersgd: see Note [PowerSGD] (powersgd.cpp). Checkpoints keep its state (error feedback, Q, the
 // update count): see Note [PowerSGD in checkpoints].
 
+}  // namespace
+
 // The hook of every bucket: a SUM over the ranks as Note [Comm hooks] says. c10d's own hooks do the
 // same, but libtorch does not export their symbols. A failed or timed-out allreduce becomes a
 // hetseq::InputError naming the rank and the bucket; the Reducer waits on the returned future at the
 // end of backward, so the error comes out of backward().
-class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+class DistributedReducer::BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
   BucketCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, CommHook kind, std::shared_ptr<detail::CommClock> clock,
                  std::function<double()> sample_size, std::shared_ptr<PowerSgd> powersgd,
@@ -215,6 +217,10 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
         sample_size_(std::move(sample_size)),
         powersgd_(std::move(powersgd)),
         shm_(std::move(shm)) {}
+
+  /// The group the buckets are summed over from now on (Note [Sitting out]): the run's, or the ranks that take
+  /// part. Called between updates.
+  void set_group(c10::intrusive_ptr<c10d::ProcessGroup> group) { state_ = std::move(group); }
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     at::Tensor buffer = bucket.getBufferRef();
@@ -298,8 +304,6 @@ class BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_pt
   std::shared_ptr<PowerSgd> powersgd_;         // kPowerSgd only
   std::shared_ptr<SharedMemoryReduce> shm_;    // --shared-memory-reduce only
 };
-
-}  // namespace
 
 DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group,
                                        DdpOptions options)
@@ -442,9 +446,11 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     powersgd_ = std::make_shared<PowerSgd>(group_, options_.powersgd);
   }
   // The hook runs only inside backward, while this reducer exists; samples_ is set for that backward.
-  reducer_->register_comm_hook(std::make_unique<BucketCommHook>(
-      group_, options_.comm_hook, clock_, [this] { return samples_ ? samples_() : 1.0; },
-      powersgd_, shm_));
+  auto hook = std::make_unique<BucketCommHook>(group_, options_.comm_hook, clock_,
+                                               [this] { return samples_ ? samples_() : 1.0; }, powersgd_, shm_);
+  hook_ = hook.get();
+  reducer_->register_comm_hook(std::move(hook));
+  update_group_ = group_;
   log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}{}, {}",
              rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
              shm_ ? fmt::format(" through shared memory (slots of {} bytes)", shm_->max_bytes()) : "",
@@ -533,13 +539,22 @@ void DistributedReducer::before_forward() {
   const TraceSpan span(tracer_.get(), "broadcast_buffers");
   try {
     torch::NoGradGuard no_grad;
-    c10d::broadcast_coalesced(group_, buffers_, kBroadcastBucketBytes, 0);
+    c10d::broadcast_coalesced(update_group_, buffers_, kBroadcastBucketBytes, 0);
   } catch (const std::exception& e) {
     throw PeerError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
                                  "died, fell behind past the process group's timeout, or reached a different "
                                  "collective)",
                                  rank_, world_size_, buffers_.size(), e.what()));
   }
+}
+
+void DistributedReducer::set_members(const std::vector<int64_t>& members,
+                                     c10::intrusive_ptr<c10d::ProcessGroup> group) {
+  HETSEQ_ASSERT(sits_out_supported(), "set_members with find_unused_parameters or PowerSGD");
+  HETSEQ_ASSERT(!members.empty() && members.front() == 0, "the ranks that take part must include rank 0");
+  update_group_ = group ? std::move(group) : group_;
+  hook_->set_group(update_group_);
+  if (shm_) shm_->set_members(std::vector<int>(members.begin(), members.end()));
 }
 
 std::vector<int64_t> DistributedReducer::bucket_sizes() const { return logger_->get_bucket_sizes(); }

@@ -69,12 +69,28 @@ class DistributedReducer final : public GradientReducer {
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
 
+  /// Whether ranks may sit out updates (Note [Sitting out]): not with find_unused_parameters, whose used-
+  /// parameter counts the c10d::Reducer allreduces over the whole group, nor with PowerSGD, whose error
+  /// feedback every rank keeps update by update.
+  bool sits_out_supported() const {
+    return !options_.find_unused_parameters && options_.comm_hook != CommHook::kPowerSgd;
+  }
+  /// The ranks that take part in the updates from now on, in rank order, rank 0 first, and `group`, a
+  /// process group of exactly those ranks (null: the run's group, when all take part). The buckets, the
+  /// buffers' broadcast and the shared-memory sums go over them only. Every rank calls it at the same point
+  /// between updates (a rank outside `members` too); one outside runs no update until a later call names it.
+  /// Note [Sharing an update].
+  void set_members(const std::vector<int64_t>& members, c10::intrusive_ptr<c10d::ProcessGroup> group);
+
  private:
+  class BucketCommHook;
   /// With find_unused_parameters: resets the gradients of the parameters that no rank used in this
   /// update. See Note [Bucketed reduction].
   void forget_unused_gradients();
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> update_group_;  // the ranks that take part (set_members); group_ at first
+  BucketCommHook* hook_ = nullptr;                       // owned by reducer_
   DdpOptions options_;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;

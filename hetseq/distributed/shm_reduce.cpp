@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -280,6 +281,8 @@ SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_byt
   header_ = static_cast<Header*>(base_);  // zero-filled by ftruncate: count 0, generation 0, arrivals 0
   header_->pids[rank_].store(::getpid());
   pid_namespace_ = pid_namespace();
+  for (int r = 0; r < world_; ++r) members_.push_back(r);
+  position_ = rank_;
   header_->pid_namespaces[rank_].store(pid_namespace_);
 }
 
@@ -313,6 +316,21 @@ c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::enqueue(const at::Te
 void SharedMemoryReduce::set_bucket_layout(const std::vector<int64_t>& bytes) {
   bucket_offsets_.assign(1, 0);
   for (int64_t b : bytes) bucket_offsets_.push_back(bucket_offsets_.back() + round_up(static_cast<size_t>(b), 64));
+}
+
+void SharedMemoryReduce::set_members(const std::vector<int>& members) {
+  HETSEQ_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) && members.front() >= 0 &&
+                    members.back() < world_,
+                "shared-memory reduction: members [{}] of a world of {}", fmt::join(members, ","), world_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  HETSEQ_ASSERT(jobs_.empty(), "shared-memory reduction: members changed with {} reductions queued", jobs_.size());
+  members_ = members;
+  const auto at = std::find(members_.begin(), members_.end(), rank_);
+  position_ = at == members_.end() ? -1 : static_cast<int>(at - members_.begin());
+  // Counted afresh from here on, the same on every member (Note [Sharing an update]).
+  round_ = 0;
+  reductions_ = 0;
+  header_->arrivals[rank_].store(0, std::memory_order_release);
 }
 
 bool SharedMemoryReduce::holds(const void* data) const {
@@ -375,7 +393,7 @@ void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
   ++round_;
   header_->arrivals[rank_].store(round_, std::memory_order_release);
   const uint32_t generation = header_->generation.load(std::memory_order_acquire);
-  if (header_->count.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_)) {
+  if (header_->count.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(members_.size())) {
     header_->count.store(0, std::memory_order_relaxed);
     header_->generation.fetch_add(1, std::memory_order_acq_rel);
     ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
@@ -397,7 +415,7 @@ void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
     if (stopping_) throw PeerError(fmt::format("rank {}: the shared-memory reduction of bucket {} was abandoned", rank_, index));
     left = deadline - std::chrono::steady_clock::now();
     std::vector<int> missing;
-    for (int r = 0; r < world_; ++r) {
+    for (int r : members_) {
       if (header_->arrivals[r].load(std::memory_order_acquire) < round_) missing.push_back(r);
     }
     // A missing rank's process that has exited (seen where it shares this process's pid namespace) fails the
@@ -427,7 +445,10 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
   HETSEQ_ASSERT(bucket.is_contiguous() && bucket.device().is_cpu(), "bucket {} is not a contiguous CPU tensor", index);
   HETSEQ_ASSERT(bytes <= max_bytes_, "bucket {} has {} bytes, more than the {} of a shared-memory slot", index, bytes,
                 max_bytes_);
-  if (world_ == 1) return;  // the sum is the bucket, and the chunks below assume a second rank
+  HETSEQ_ASSERT(position_ >= 0, "rank {} reduces a bucket while it sits out", rank_);
+  if (members_.size() == 1) return;  // the sum is the bucket, and the chunks below assume a second rank
+  const int members = static_cast<int>(members_.size());
+  const int first = members_[0];
   const int half = static_cast<int>(reductions_++ % 2);
   const auto options = bucket.options();
   const int64_t n = bucket.numel();
@@ -435,7 +456,7 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
     return at::from_blob(slot(half, rank) + static_cast<size_t>(from) * bucket.element_size(), {count}, options);
   };
   const at::Tensor flat = bucket.view({n});
-  const auto [lo, hi] = chunk_of(n, rank_, world_);
+  const auto [lo, hi] = chunk_of(n, position_, members);
   // The bucket's elements but [lo, hi), copied between the bucket and `rank`'s slot.
   auto copy_others = [&](int rank, bool into_slot) {
     for (auto [from, to] : {std::pair<int64_t, int64_t>{0, lo}, std::pair<int64_t, int64_t>{hi, n}}) {
@@ -449,28 +470,33 @@ void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) 
   if (hi > lo) {
     // Rank k's term of chunk r: this rank's from its bucket, the others' from their slots.
     auto term = [&](int k) { return k == rank_ ? flat.narrow(0, lo, hi - lo) : view(k, lo, hi - lo); };
-    at::Tensor sum = view(0, lo, hi - lo);
-    if (rank_ == 0) {
-      at::add_out(sum, term(0), term(1));  // rank 0 left this chunk of its slot free in step 1
+    at::Tensor sum = view(first, lo, hi - lo);
+    if (rank_ == first) {
+      at::add_out(sum, term(first), term(members_[1]));  // the first member left this chunk of its slot free
     } else {
-      sum.add_(term(1));  // rank 0 copied its term there in step 1
+      sum.add_(term(members_[1]));  // the first member copied its term there in step 1
     }
-    for (int k = 2; k < world_; ++k) sum.add_(term(k));
+    for (int k = 2; k < members; ++k) sum.add_(term(members_[static_cast<size_t>(k)]));
     flat.narrow(0, lo, hi - lo).copy_(sum);
   }
   barrier(index, "sum");
-  copy_others(0, /*into_slot=*/false);
+  copy_others(first, /*into_slot=*/false);
 }
 
 void SharedMemoryReduce::reduce_in_place(const at::Tensor& bucket, int64_t index) {
-  if (world_ == 1) return;  // a world of one (a torchrun job shrunk to one node): the sum is the bucket
+  HETSEQ_ASSERT(position_ >= 0, "rank {} reduces a bucket while it sits out", rank_);
+  // A world of one (a torchrun job shrunk to one node), or one rank left to train: the sum is the bucket.
+  if (members_.size() == 1) return;
   barrier(index, "gradients written");
   const int64_t n = bucket.numel();
-  const auto [lo, hi] = chunk_of(n, rank_, world_);
+  const int members = static_cast<int>(members_.size());
+  const auto [lo, hi] = chunk_of(n, position_, members);
   if (hi > lo) {
     const size_t element = bucket.element_size();
-    std::vector<char*> term(static_cast<size_t>(world_));  // [rank] its bucket's chunk r
-    for (int k = 0; k < world_; ++k) term[static_cast<size_t>(k)] = bucket_place(k, index) + static_cast<size_t>(lo) * element;
+    std::vector<char*> term(static_cast<size_t>(members));  // [member] its bucket's chunk
+    for (int k = 0; k < members; ++k) {
+      term[static_cast<size_t>(k)] = bucket_place(members_[static_cast<size_t>(k)], index) + static_cast<size_t>(lo) * element;
+    }
     const int64_t m = hi - lo;
     if (bucket.scalar_type() == at::kFloat) {
       // Block by block: the sum in rank order into a block that stays in the L1 cache, then the block out to
@@ -482,11 +508,11 @@ void SharedMemoryReduce::reduce_in_place(const at::Tensor& bucket, int64_t index
         const float* a = reinterpret_cast<const float*>(term[0]) + from;
         const float* b = reinterpret_cast<const float*>(term[1]) + from;
         for (int64_t e = 0; e < count; ++e) sum[e] = a[e] + b[e];
-        for (int k = 2; k < world_; ++k) {
+        for (int k = 2; k < members; ++k) {
           const float* c = reinterpret_cast<const float*>(term[static_cast<size_t>(k)]) + from;
           for (int64_t e = 0; e < count; ++e) sum[e] += c[e];
         }
-        for (int k = 0; k < world_; ++k) {
+        for (int k = 0; k < members; ++k) {
           std::memcpy(reinterpret_cast<float*>(term[static_cast<size_t>(k)]) + from, sum,
                       static_cast<size_t>(count) * sizeof(float));
         }
@@ -494,8 +520,8 @@ void SharedMemoryReduce::reduce_in_place(const at::Tensor& bucket, int64_t index
     } else {
       auto view = [&](int k) { return at::from_blob(term[static_cast<size_t>(k)], {m}, bucket.options()); };
       at::Tensor sum = at::add(view(0), view(1));
-      for (int k = 2; k < world_; ++k) sum.add_(view(k));
-      for (int k = 0; k < world_; ++k) view(k).copy_(sum);
+      for (int k = 2; k < members; ++k) sum.add_(view(k));
+      for (int k = 0; k < members; ++k) view(k).copy_(sum);
     }
   }
   barrier(index, "sum");

@@ -54,6 +54,11 @@ class SharedMemoryReduce {
   /// own place in the segment (Note [Buckets in shared memory]), set again after a rebuild of the buckets.
   /// Buckets past the segment's bucket_bytes (given to the constructor) keep to the copying reduction.
   void set_bucket_layout(const std::vector<int64_t>& bytes);
+  /// The ranks that take part in the reductions from now on, in rank order (all of them at first): a rank
+  /// that sits out an update (Note [Sitting out]) adds nothing and waits for nothing; the chunks and the sums go
+  /// over `members` only, in rank order. Every rank calls it at the same point between updates, with no
+  /// reduction in flight; a rank not in `members` must not reduce until a later call names it.
+  void set_members(const std::vector<int>& members);
   /// Whether `data` points into this segment (a bucket that lives there, or a gradient that views one).
   bool holds(const void* data) const;
   /// allreduce_sum_async for gradient bucket `index` of the layout: the first time, the bucket's storage (and
@@ -78,6 +83,8 @@ class SharedMemoryReduce {
 
   int rank_ = 0;
   int world_ = 1;
+  std::vector<int> members_;  // the ranks that reduce, in rank order (set_members)
+  int position_ = 0;          // this rank's index in members_ (-1: it sits out)
   size_t max_bytes_ = 0;     // per slot, rounded up to a page
   size_t mapped_bytes_ = 0;  // the whole segment
   size_t bucket_bytes_ = 0;  // per rank, for the buckets in place (a multiple of the page)

@@ -1,5 +1,9 @@
 #include "hetseq/distributed/world.h"
 
+#include <algorithm>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -123,6 +127,26 @@ std::vector<WorkerInfo> World::join(WorkerInfo mine) {
   pg.debug_collectives = debug_collectives_;
   group_ = make_process_group(joined_->store, rank_, world_size_, pg);
   return infos;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::subgroup(const std::vector<int64_t>& ranks) {
+  HETSEQ_ASSERT(joined_ && group_, "World::subgroup before join()");
+  if (static_cast<int64_t>(ranks.size()) == world_size_) return group_;
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  HETSEQ_ASSERT(it != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()),
+                "World::subgroup: rank {} not among the ranks [{}]", rank_, fmt::join(ranks, ","));
+  auto& kept = subgroups_[ranks];
+  if (!kept) {
+    ProcessGroupOptions pg;
+    pg.backend = backend_;
+    pg.timeout = timeout_;
+    pg.master_host = master_host_;
+    pg.debug_collectives = debug_collectives_;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("subgroup/{}", fmt::join(ranks, ",")),
+                                                        joined_->store);
+    kept = make_process_group(store, it - ranks.begin(), static_cast<int64_t>(ranks.size()), pg);
+  }
+  return kept;
 }
 
 void World::leave(int exit_code) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -64,6 +65,11 @@ class World {
   c10::intrusive_ptr<c10d::Store> store() const { return joined_ ? joined_->store : nullptr; }
   /// The process group (null before join() and for a single process).
   c10::intrusive_ptr<c10d::ProcessGroup> group() const { return group_; }
+  /// A process group of `ranks` alone (in rank order, this rank among them; the ranks that take part in
+  /// the updates while others sit out, Note [Sharing an update]), over the run's store with the run's
+  /// backend and timeout. Every rank in `ranks` calls it at the same point, the others do not; each set is
+  /// made once and kept, and the whole world is group().
+  c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const std::vector<int64_t>& ranks);
 
  private:
   bool distributed_ = false;
@@ -80,6 +86,7 @@ class World {
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> subgroups_;  // [ranks]
 };
 
 }  // namespace hetseq

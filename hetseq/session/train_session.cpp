@@ -32,6 +32,7 @@
 #include "hetseq/distributed/clock_sync.h"
 #include "hetseq/observe/json_log_sink.h"
 #include "hetseq/balance/rank_summary.h"
+#include "hetseq/balance/sit_out_roster.h"
 #include "hetseq/observe/tensorboard_sink.h"
 
 namespace hetseq {
@@ -447,6 +448,12 @@ void TrainSession::restore_split() {
               "sizes", fmt::join(saved.shares, ","));
     return;
   }
+  const std::string why_not = sit_out_refused();
+  if (std::count(saved.shares.begin(), saved.shares.end(), 0) > 0 && !why_not.empty()) {
+    log::info("[balance] the checkpoint's split [{}] sits ranks out, which this run cannot ({}); starting from the "
+              "given batch sizes", fmt::join(saved.shares, ","), why_not);
+    return;
+  }
   std::vector<int64_t> micro_batches;
   for (size_t r = 0; r < saved.shares.size(); ++r) {
     micro_batches.push_back(micro_batches_for(saved.shares[r], balance_caps_[r]));
@@ -521,9 +528,19 @@ void TrainSession::add_observers() {
                 "completes when it is enqueued: the wait reads low and the bandwidth high (the trace's device rows "
                 "time them on the GPU)");
     }
-    loop_->add_observer(std::make_shared<RankSummary>(gather_figures(),
+    loop_->add_observer(std::make_shared<RankSummary>(roster_ ? roster_->gather(false) : gather_figures(),
                                                       *progress_, balancer_.get(), r));
   }
+}
+
+// Why no rank may sit out in this run (Note [Sharing an update]), or "" where ranks may.
+std::string TrainSession::sit_out_refused() const {
+  if (!o_.balance.auto_balance || !world_.distributed()) return "no --auto-balance";
+  if (o_.distributed.zero_sharding != ZeroSharding::kNone) return "--zero-sharding: every rank steps its shard";
+  if (o_.distributed.ddp.find_unused_parameters) return "--find-unused-parameters: every rank counts the used ones";
+  if (o_.distributed.ddp.comm_hook == CommHook::kPowerSgd) return "--ddp-comm-hook powersgd: every rank keeps feedback";
+  if (!std::dynamic_pointer_cast<DistributedReducer>(reducer_)) return "no distributed reducer";
+  return "";
 }
 
 // The balancer watches every distributed run: with --auto-balance it moves the split, without it it
@@ -540,8 +557,23 @@ void TrainSession::add_balancer() {
   b.widen_to_noise = !o_.balance.threshold_given;
   b.caps = balance_caps_;
   b.multiple = o_.dataset.required_batch_size_multiple;
-  balancer_ = std::make_shared<AutoBalancer>(*schedule_, gather_figures(), b);
+  const std::string why_not = sit_out_refused();
+  if (b.enabled && why_not.empty()) {
+    SitOutOptions so;
+    so.timeout = o_.distributed.world.timeout;
+    so.fast_stat_sync = o_.distributed.fast_stat_sync;
+    roster_ = std::make_shared<SitOutRoster>(world_, *schedule_, std::dynamic_pointer_cast<DistributedReducer>(reducer_),
+                                             channel_, train_data_, so);
+    b.sit_out = true;
+  } else if (b.enabled && world_.rank() == 0) {
+    log::info("[balance] no rank sits out in this run: {}", why_not);
+  }
+  balancer_ = std::make_shared<AutoBalancer>(*schedule_, roster_ ? roster_->gather(true) : gather_figures(), b);
   loop_->add_observer(balancer_);
+  if (roster_) {
+    roster_->set_balancer(balancer_.get());
+    loop_->set_roster(roster_);
+  }
   if (b.enabled && world_.rank() == 0) {
     log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%{}, caps [{}] (0: none)",
               b.interval, 100 * b.threshold, b.widen_to_noise ? " or twice the measured noise" : "",

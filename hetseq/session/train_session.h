@@ -7,6 +7,7 @@
 
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/balance/memory_fit.h"
+#include "hetseq/balance/sit_out_roster.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"
 #include "hetseq/data/plan_schedule.h"
@@ -60,6 +61,8 @@ class TrainSession {
   RankMemoryBudget measure_memory(int64_t batch_size);
   void check_memory();
   void restore_split();
+  /// Why no rank may sit out in this run, or "" (Note [Sharing an update]).
+  std::string sit_out_refused() const;
   void build_loop();
   void add_balancer();
   void add_observers();
@@ -88,6 +91,7 @@ class TrainSession {
   std::shared_ptr<Tracer> tracer_;             // --trace-dir
   std::vector<std::shared_ptr<LogSink>> sinks_;  // rank 0: --json-log, --tensorboard-logdir
   std::shared_ptr<AutoBalancer> balancer_;     // every distributed run
+  std::shared_ptr<SitOutRoster> roster_;       // --auto-balance where ranks may sit out (Note [Sharing an update])
   std::unique_ptr<TrainingLoop> loop_;
   IteratorPosition start_{1, 0};
 };

@@ -1,6 +1,10 @@
 #include "hetseq/train/controller.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -34,6 +38,17 @@ void add_step(LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
   }
   into["sample_size"] += step.sample_size;
   add_log_tensors(into_tensors, logged_tensors(step));
+}
+
+// HETSEQ_TEST_MICRO_BATCH_DELAY=FILE: each micro-batch first sleeps the milliseconds that FILE holds when it is
+// read (none while it is missing or empty), so that a test makes one rank slow by a fixed cost per micro-batch
+// and can change it while the run goes on (tests/balance/test_sit_out.cpp). Off without the variable.
+void test_micro_batch_delay() {
+  static const char* path = std::getenv("HETSEQ_TEST_MICRO_BATCH_DELAY");
+  if (!path) return;
+  std::ifstream file(path);
+  double ms = 0;
+  if (file >> ms && ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 // Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
@@ -118,6 +133,34 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
 // Z counts every parameter as used on that rank, so in such an update a parameter that no other rank
 // used gets a zero gradient instead of none (as HetSeq's dummy batch, a real batch times 0, does for the
 // parameters it reaches).
+
+void Controller::set_update_channel(std::shared_ptr<CollectiveChannel> channel) {
+  HETSEQ_ASSERT(channel && !channel_->update_started(), "set_update_channel inside an update");
+  channel_ = std::move(channel);
+  if (tracer_) channel_->set_tracer(tracer_);
+}
+
+double Controller::probe(const Batch& batch) {
+  HETSEQ_ASSERT(!batch.empty(), "a probe of an empty batch");
+  const auto start = std::chrono::steady_clock::now();
+  model_->train();
+  test_micro_batch_delay();
+  // Plain backward: the reducer is not armed, so nothing leaves this process (Note [Bucketed reduction]).
+  const Task::Backward backward = [&](const StepOutput& step) {
+    const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
+    step.loss.to(torch::kFloat32).backward();
+  };
+  {
+    const AutocastGuard autocast(options_.device, options_.precision);
+    task_.train_step(*model_, batch.to(options_.device), backward);
+  }
+  optimizer_->zero_grad();
+  if (options_.device.is_cuda()) {
+    const c10::impl::VirtualGuardImpl impl(options_.device.type());
+    impl.getStream(options_.device).synchronize();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 void Controller::set_tracer(std::shared_ptr<Tracer> tracer) {
   tracer_ = tracer;
@@ -430,6 +473,7 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
     }
     // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
     // the loss scale, in float32. See Note [Loss scaling].
+    test_micro_batch_delay();
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     forward.reset();

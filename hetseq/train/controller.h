@@ -85,6 +85,14 @@ class Controller {
   /// is skipped (see UpdateResult::skipped).
   UpdateResult train_update(const std::vector<Batch>& micro_batches);
 
+  /// The channel of the updates' statistics from the next update on: the run's, or one over the ranks that
+  /// take part while others sit out (Note [Sharing an update]). Called between updates.
+  void set_update_channel(std::shared_ptr<CollectiveChannel> channel);
+  /// Seconds of one forward and backward pass of `batch` on this rank alone, the gradients then zeroed and
+  /// the model left as it was: how a rank that sits out keeps being measured (Note [Sitting out]). Nothing
+  /// leaves the process.
+  double probe(const Batch& batch);
+
   /// End of `epoch`: lets the LR scheduler pick the next epoch's rate; returns it.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
   double lr() const { return optimizer_->lr(); }

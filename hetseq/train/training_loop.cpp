@@ -144,7 +144,19 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   Checkpointer* ck = parts_.checkpointer;
   for (int64_t i = 1; !stream_->end_of_epoch() && !update_limit_reached() && !stopping_; ++i) {
     const int64_t before = controller.num_updates();
-    run_update(epoch, i, total);
+    if (roster_ && roster_->sitting_out()) {
+      i = sit_out(epoch);
+    } else {
+      if (roster_) roster_->before_update();
+      run_update(epoch, i, total);
+      if (roster_) {
+        // Note [Sharing an update]: whether the ranks that sit out are needed after this update.
+        const int64_t n = controller.num_updates();
+        const bool everyone = stopping_ || stream_->end_of_epoch() || update_limit_reached() ||
+                              (ck && ck->due_after_update(n));
+        roster_->after_update(controller, Meeting{epoch, n, i, stream_->position(), stopping_}, everyone);
+      }
+    }
     const bool applied = controller.num_updates() > before;
     if (applied && ck && !stopping_ && !stream_->end_of_epoch() && ck->due_after_update(controller.num_updates())) {
       save(epoch, false, stream_->position(), validate(epoch).metric);
@@ -164,6 +176,22 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   if (!stopping_) metric = validate(epoch).metric;
   if (ck && ck->enabled()) save(epoch, false, stream_->position(), metric);
   return false;
+}
+
+int64_t TrainingLoop::sit_out(int64_t epoch) {
+  const Meeting m = roster_->wait(*parts_.controller);
+  HETSEQ_ASSERT(m.epoch == epoch, "called to a meeting in epoch {} while sitting out epoch {}", m.epoch, epoch);
+  if (parts_.schedule->version() != plan_version_) {
+    stream_->set_plan(parts_.schedule->train_plan(epoch));
+    plan_version_ = parts_.schedule->version();
+  }
+  stream_->restore(m.next);
+  if (m.stop && !stopping_) {
+    stopping_ = true;
+    log::info("[train] a stop was requested (SIGTERM or SIGINT): stopping after update {}, epoch {}", m.num_updates,
+              epoch);
+  }
+  return m.index_in_epoch;
 }
 
 TrainingLoop::Validation TrainingLoop::validate(int64_t epoch) {

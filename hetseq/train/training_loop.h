@@ -14,6 +14,7 @@
 #include "hetseq/observe/compute_timer.h"
 #include "hetseq/observe/tracer.h"
 #include "hetseq/train/controller.h"
+#include "hetseq/train/update_roster.h"
 #include "hetseq/train/training_observer.h"
 #include "hetseq/train/validator.h"
 
@@ -66,6 +67,8 @@ class TrainingLoop {
   TrainingLoop(TrainingLoopParts parts, TrainingLoopOptions options);
 
   void add_observer(std::shared_ptr<TrainingObserver> observer) { observers_.push_back(std::move(observer)); }
+  /// Which ranks take part in each update, where ranks may sit out (Note [Sharing an update]); none: all.
+  void set_roster(std::shared_ptr<UpdateRoster> roster) { roster_ = std::move(roster); }
 
   /// Trains from `start` (a fresh run: epoch 1, offset 0; a resumed one: the checkpoint's position)
   /// until a limit is reached. Returns the last epoch trained.
@@ -90,12 +93,16 @@ class TrainingLoop {
   bool pinned_batches() const;        // see TrainingLoopOptions::pin_batches
   bool update_limit_reached() const;  // --max-update
   bool limits_reached(double lr, int64_t epoch) const;
+  /// A rank that sits out: waits until the ranks that train call it, then stands where they stand.
+  /// Returns the index in the epoch of the update they met after.
+  int64_t sit_out(int64_t epoch);
   void save(int64_t epoch, bool end_of_epoch, IteratorPosition next, std::optional<double> metric);
   void run_update(int64_t epoch, int64_t index, int64_t total);
 
   TrainingLoopParts parts_;
   TrainingLoopOptions options_;
   std::vector<std::shared_ptr<TrainingObserver>> observers_;
+  std::shared_ptr<UpdateRoster> roster_;
   std::unique_ptr<UpdateStream> stream_;
   UpdateComputeClock compute_clock_;  // each update's compute time for the observers (Note [Compute timing])
   int64_t plan_version_ = -1;  // the PlanSchedule version the stream follows

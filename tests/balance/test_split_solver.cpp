@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "hetseq/balance/split_solver.h"
+#include "hetseq/data/data_plan.h"
 #include "hetseq/core/error.h"
 #include "support/error_message.h"
 
@@ -112,4 +113,62 @@ TEST_CASE("Balancing: no move of one unit improves the split, and costs are fitt
   const auto proportional = hetseq::fit_rank_cost({{32, 0.064}, {32, 0.066}});
   CHECK(proportional.fixed_s == 0);
   CHECK(proportional.per_sample_s == Approx(0.065 / 32));
+}
+
+TEST_CASE("Sitting out: a rank whose fixed cost is longer than the update without it gets no samples, and says why",
+          "[balance][sit-out]") {
+  // Ranks 0 and 1 take 192 samples in 6 ms at 0.0625 ms a sample; rank 2 pays 25 ms before its first sample.
+  auto p = problem(192, {{0, 62.5e-6}, {0, 62.5e-6}, {25e-3, 62.5e-6}});
+  // Without leave to sit out it gets the least it can: one sample, and the update takes its 25 ms.
+  const auto kept = hetseq::solve_split(p);
+  CHECK(kept.shares[2] == 1);
+  CHECK(kept.sat_out.empty());
+  CHECK(kept.predicted_step_s > 25e-3);
+  p.may_sit_out = {false, true, true};
+  const auto split = hetseq::solve_split(p);
+  CHECK(split.shares == std::vector<int64_t>{96, 96, 0});
+  CHECK(split.micro_batches[2] == 1);
+  CHECK(split.predicted_step_s == Approx(6e-3));
+  REQUIRE(split.sat_out.size() == 1);
+  CHECK(split.sat_out[0].rank == 2);
+  CHECK(split.sat_out[0].fixed_s == Approx(25e-3 + 62.5e-6));
+  // With no fixed cost its samples would have cut the update to 192 / 3 at 0.0625 ms: 4 ms, saving 2 ms.
+  CHECK(split.sat_out[0].saves_s == Approx(2e-3).margin(0.1e-3));
+  // Worth switching to from the split in force, and predicted as the others' time alone.
+  CHECK(hetseq::worth_switching(p, {95, 95, 2}, split, 0.05));
+  CHECK(hetseq::predicted_step_seconds(p, {96, 96, 0}) == Approx(6e-3));
+}
+
+TEST_CASE("Sitting out: a rank that pays off keeps its share, rank 0 never sits out, and one rank is always left",
+          "[balance][sit-out]") {
+  // A small fixed cost that its samples repay: rank 2 stays.
+  auto cheap = problem(192, {{0, 62.5e-6}, {0, 62.5e-6}, {0.5e-3, 62.5e-6}});
+  cheap.may_sit_out = {false, true, true};
+  const auto stays = hetseq::solve_split(cheap);
+  CHECK(stays.shares[2] > 50);
+  CHECK(stays.sat_out.empty());
+  // Two slow ranks, each of which holds the update back alone: both out.
+  auto slow = problem(100, {{0, 1e-4}, {30e-3, 1e-4}, {30e-3, 1e-4}});
+  slow.may_sit_out = {false, true, true};
+  const auto split = hetseq::solve_split(slow);
+  CHECK(split.shares == std::vector<int64_t>{100, 0, 0});
+  REQUIRE(split.sat_out.size() == 2);
+  CHECK(split.sat_out[0].rank == 1);
+  CHECK(split.sat_out[1].rank == 2);
+  // Rank 0 slow and not allowed out: the update waits for it anyway, so the others keep their shares.
+  auto slow0 = problem(100, {{30e-3, 1e-4}, {0, 1e-4}, {30e-3, 1e-4}});
+  slow0.may_sit_out = {false, true, true};
+  CHECK(hetseq::solve_split(slow0).sat_out.empty());
+  // Every rank allowed out: one is always left to train.
+  auto two = problem(10, {{0, 1e-4}, {30e-3, 1e-4}});
+  two.may_sit_out = {true, true};
+  CHECK(hetseq::solve_split(two).shares == std::vector<int64_t>{10, 0});
+  // A zero share is a valid data plan: its rank has one empty micro-batch, the others the whole update.
+  const auto plan = hetseq::DataPlan::from_shares({96, 96, 0}, {1, 1, 1}, 2);
+  CHECK(plan.sits_out(2));
+  CHECK_FALSE(plan.sits_out(1));
+  CHECK(plan.samples_per_update() == 192);
+  CHECK(plan.slice_offset(2) == 192);
+  CHECK_THROWS_WITH(hetseq::DataPlan::from_shares({0, 0}, {1, 1}, 0),
+                    Catch::Contains("every rank's share is 0; at least one rank must train"));
 }

@@ -1,5 +1,6 @@
 // The shared-memory reduction (Note [Shared-memory reduction]) on ranks as threads (level 1, see
 // support/rank_threads.h): each rank maps the same segment, as processes of one machine do.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -213,5 +214,70 @@ TEST_CASE("auto: a segment /dev/shm cannot hold leaves both ranks on the process
       segment_failed[static_cast<size_t>(rank)] = failed ? 1 : 0;
     });
     CHECK(segment_failed == std::vector<int>{0, 0});
+  }
+}
+
+TEST_CASE("shared memory with ranks that sit out: the members sum among themselves, in rank order, in place and "
+          "copied, and a rank taken back sums with them again",
+          "[distributed][shm][sit-out]") {
+  OneIntraOpThread one_thread;
+  // Three ranks with rank 1 out; four with rank 2 out (a member after the one out).
+  const int kWorld = GENERATE(3, 4);
+  const int out = kWorld == 3 ? 1 : 2;
+  INFO(kWorld << " ranks, rank " << out << " out");
+  std::vector<int> members;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r != out) members.push_back(r);
+  }
+  std::vector<int> everyone(members);
+  everyone.insert(std::upper_bound(everyone.begin(), everyone.end(), out), out);
+  // [rank][reduction]: all ranks once, the members twice (in place, then copied), all ranks again.
+  std::vector<std::vector<torch::Tensor>> got(kWorld);
+  std::vector<int> untouched(kWorld, -1);  // the bucket of the rank that sat out kept its own values
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    const auto r = static_cast<size_t>(rank);
+    SharedMemoryReduce shm(*group, 4096 * sizeof(float), std::chrono::seconds(20), 1000 * sizeof(float));
+    shm.set_bucket_layout({1000 * sizeof(float)});
+    torch::Tensor bucket = torch::empty({1000});
+    auto reduce_in_place = [&](int64_t seed) {
+      bucket.copy_(rank_values(rank, 1000, seed));
+      shm.allreduce_bucket_async(bucket, 0)->wait();
+      got[r].push_back(bucket.clone());
+    };
+    reduce_in_place(0);
+    shm.set_members(members);
+    if (rank != out) {
+      reduce_in_place(1);
+      torch::Tensor copied = rank_values(rank, 333, 2);
+      shm.allreduce_sum(copied, 5);
+      got[r].push_back(copied);
+    } else {
+      bucket.copy_(rank_values(rank, 1000, 1));
+    }
+    group->barrier()->wait();  // every rank between updates: the members are done
+    if (rank == out) untouched[r] = torch::equal(bucket, rank_values(rank, 1000, 1)) ? 1 : 0;
+    shm.set_members(everyone);
+    reduce_in_place(3);
+  });
+  auto sum_over = [&](const std::vector<int>& ranks, int64_t n, int64_t seed) {
+    torch::Tensor s = rank_values(ranks[0], n, seed).clone();
+    for (size_t i = 1; i < ranks.size(); ++i) s.add_(rank_values(ranks[i], n, seed));
+    return s;
+  };
+  for (int rank = 0; rank < kWorld; ++rank) {
+    INFO("rank " << rank);
+    const auto& g = got[static_cast<size_t>(rank)];
+    if (rank == out) {
+      REQUIRE(g.size() == 2);
+      CHECK(torch::equal(g[0], sum_over(everyone, 1000, 0)));
+      CHECK(torch::equal(g[1], sum_over(everyone, 1000, 3)));
+      CHECK(untouched[static_cast<size_t>(rank)] == 1);
+      continue;
+    }
+    REQUIRE(g.size() == 4);
+    CHECK(torch::equal(g[0], sum_over(everyone, 1000, 0)));
+    CHECK(torch::equal(g[1], sum_over(members, 1000, 1)));
+    CHECK(torch::equal(g[2], sum_over(members, 333, 2)));
+    CHECK(torch::equal(g[3], sum_over(everyone, 1000, 3)));
   }
 }

@@ -1,0 +1,223 @@
+// Ranks that sit out (Note [Sitting out], Note [Sharing an update]) with real hetseq-train processes (level
+// 2): three ranks, rank 2 made slow by a fixed cost per micro-batch (HETSEQ_TEST_MICRO_BATCH_DELAY, a file
+// the test can rewrite while the run goes on). The balancer must give rank 2 no samples, say so in its line,
+// keep training the same model as one process on the same samples, use every sample once per epoch, keep
+// the zero share across a resume, and take rank 2 back once it is fast again.
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <set>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "hetseq/checkpoint/checkpoint_file.h"
+#include "support/mnist_files.h"
+#include "support/process_checks.h"
+#include "support/run_output.h"
+#include "support/subprocess.h"
+
+using namespace hetseq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// MNIST without dropout, SGD, deterministic CPU work, a JSON line per update, a re-plan every 4 updates.
+std::vector<std::string> sit_out_args(const std::string& data, const std::string& save_dir) {
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--dropout", "0,0",
+          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
+          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+          "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5", "--balance-interval", "4",
+          "--balance-threshold", "0"};
+}
+
+// Three ranks over a file rendezvous, 8/8/2 samples per update, --auto-balance.
+std::vector<std::vector<std::string>> sit_out_ranks(const std::vector<std::string>& args, const std::string& rendezvous) {
+  std::vector<std::vector<std::string>> commands;
+  const std::vector<std::string> batches{"8", "8", "2"};
+  for (int r = 0; r < 3; ++r) {
+    commands.push_back(with(args, {"--max-sentences", batches[static_cast<size_t>(r)], "--distributed-world-size", "3",
+                                   "--distributed-rank", std::to_string(r), "--distributed-init-method",
+                                   "file://" + rendezvous, "--auto-balance"}));
+  }
+  return commands;
+}
+
+// Rank 2 sleeps the milliseconds in `delay_file` before each micro-batch.
+std::vector<std::map<std::string, std::string>> slow_rank2(const std::string& delay_file) {
+  return {{}, {}, {{"HETSEQ_TEST_MICRO_BATCH_DELAY", delay_file}}};
+}
+
+void write_delay(const std::string& path, int ms) { std::ofstream(path) << ms << "\n"; }
+
+// The model of `a` equals that of `b` up to float32 sums taken in another order (over 130 updates of plain SGD,
+// about 2e-5 apart on this machine).
+void check_same_model(const hetseq::Checkpoint& a, const hetseq::Checkpoint& b) {
+  REQUIRE(a.model.size() == b.model.size());
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    CAPTURE(a.model[i].first);
+    REQUIRE(a.model[i].first == b.model[i].first);
+    const double scale = a.model[i].second.abs().max().item<double>();
+    const double diff = (a.model[i].second - b.model[i].second).abs().max().item<double>();
+    CAPTURE(scale, diff);
+    CHECK(diff <= 1e-4 * std::max(1.0, scale));
+  }
+}
+
+// Every update's loss within 1e-5 relative of one process's, for the updates of `ranks_out` ([update]).
+void check_losses_follow(const std::vector<nlohmann::json>& one, const std::vector<nlohmann::json>& ranks,
+                         size_t first_update = 0) {
+  REQUIRE(ranks.size() + first_update <= one.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const auto& a = one[first_update + i];
+    const auto& b = ranks[i];
+    CAPTURE(i, first_update);
+    CHECK(b.at("num_updates") == a.at("num_updates"));
+    const double x = a.at("loss").get<double>(), y = b.at("loss").get<double>();
+    CHECK(std::abs(x - y) <= 1e-5 * std::abs(x));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Sitting out: a rank whose fixed cost outweighs its samples gets none, says why, and the weights follow "
+          "one process; a resume keeps its zero share",
+          "[balance][multiprocess][sit-out]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 200, 10);
+  const std::string delay = dir / "delay_ms";
+  write_delay(delay, 300);
+  // 200 samples, 18 per update: 12 updates per epoch (the last short). Rank 2 takes 300 ms a micro-batch, the
+  // others about 40 ms an update. Re-plans at 4, 8, ...; a checkpoint at update 20, in epoch 2, while rank 2 sits
+  // out.
+  const auto base = with(sit_out_args(dir.path(), dir / "ckpt"), {"--max-update", "24"});
+  const auto single = run_process(with(base, {"--max-sentences", "18", "--save-dir", dir / "single"}), 300s);
+  require_success(single, "one process");
+  const auto ranks = run_processes(sit_out_ranks(with(base, {"--save-interval-updates", "20", "--save-dir",
+                                                             dir / "three", "--dump-sample-ids", dir / "ids"}),
+                                                 dir / "rendezvous1"),
+                                   300s, slow_rank2(delay));
+  require_all(ranks, "three ranks");
+  INFO("rank 0 stderr:\n" << ranks[0].err);
+  const std::regex line("\\[balance\\] rank 2 sits out: it adds ([0-9.]+) ms per update of fixed cost and would save "
+                        "([0-9.]+) ms");
+  std::smatch said;
+  REQUIRE(std::regex_search(ranks[0].err, said, line));
+  CHECK(std::stod(said[1]) > std::stod(said[2]));
+  // The JSON lines carry each update's split: rank 2 at 0 from one of the first three re-plans on (the first
+  // updates' timings are noisy), never back.
+  const auto one = json_lines(single.out, "train"), three = json_lines(ranks[0].out, "train");
+  REQUIRE(one.size() == 24);
+  REQUIRE(three.size() == 24);
+  CHECK(three[0].at("split") == std::vector<int64_t>{8, 8, 2});
+  size_t first_out = three.size();
+  for (size_t i = 0; i < three.size(); ++i) {
+    CAPTURE(i);
+    const auto split = three[i].at("split").get<std::vector<int64_t>>();
+    CHECK(std::accumulate(split.begin(), split.end(), int64_t{0}) == 18);
+    if (split[2] == 0 && first_out == three.size()) first_out = i;
+    if (i > first_out) CHECK(split[2] == 0);
+  }
+  CHECK((first_out == 4 || first_out == 8 || first_out == 12));
+  check_losses_follow(one, three);
+  check_same_model(hetseq::load_checkpoint(dir / "single/checkpoint_last.pt"),
+                   hetseq::load_checkpoint(dir / "three/checkpoint_last.pt"));
+  // Every sample of epoch 1 once, over ranks 0 and 1 and the updates rank 2 took part in.
+  std::vector<int64_t> epoch1;
+  for (int r = 0; r < 3; ++r) {
+    const auto lines = read_sample_ids(dir / "ids", r);
+    REQUIRE(lines);
+    for (const auto& l : *lines) {
+      if (l.epoch == 1) epoch1.insert(epoch1.end(), l.ids.begin(), l.ids.end());
+    }
+    if (r == 2) CHECK(lines->size() == first_out);
+  }
+  std::sort(epoch1.begin(), epoch1.end());
+  std::vector<int64_t> all(200);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(epoch1 == all);
+
+  // Resumed from update 20 on the same ranks: rank 2 sits out from the start and the weights still follow.
+  const auto at20 = hetseq::load_checkpoint(dir / "three/checkpoint_2_20.pt");
+  REQUIRE(at20.data_plan.shares.size() == 3);
+  CHECK(at20.data_plan.shares[2] == 0);
+  const auto resumed = run_processes(
+      sit_out_ranks(with(base, {"--save-dir", dir / "resumed", "--restore-file", dir / "three/checkpoint_2_20.pt",
+                                "--dump-sample-ids", dir / "ids2"}),
+                    dir / "rendezvous2"),
+      300s, slow_rank2(delay));
+  require_all(resumed, "resumed");
+  CHECK_THAT(resumed[0].err, Catch::Contains(fmt::format("continuing with the checkpoint's split [{}]",
+                                                         fmt::join(at20.data_plan.shares, ","))));
+  // Rank 2 trains no sample: empty micro-batches for this process's first two updates, then no update at all.
+  const auto rank2_ids = read_sample_ids(dir / "ids2", 2);
+  size_t rank2_samples = 0;
+  if (rank2_ids) {
+    for (const auto& l : *rank2_ids) rank2_samples += l.ids.size();
+  }
+  CHECK(rank2_samples == 0);
+  check_losses_follow(one, json_lines(resumed[0].out, "train"), 20);
+  check_same_model(hetseq::load_checkpoint(dir / "single/checkpoint_last.pt"),
+                   hetseq::load_checkpoint(dir / "resumed/checkpoint_last.pt"));
+}
+
+TEST_CASE("Sitting out: a rank that becomes fast again is taken back, and a stop reaches every rank",
+          "[balance][multiprocess][sit-out]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 200, 10);
+  // Ranks 0 and 1 pay 30 ms a micro-batch, rank 2 600 ms until the test makes it free: about 70 ms an update
+  // while it sits out, so that the run is taken back within a hundred-odd updates, over which plain SGD keeps
+  // the rounding of sums taken in another order within the comparison's tolerance.
+  const std::string slow = dir / "slow_ms", fast = dir / "fast_ms";
+  write_delay(fast, 30);
+  write_delay(slow, 600);
+  auto args = sit_out_args(dir.path(), dir / "three");
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--lr") args[i + 1] = "0.01";
+    if (args[i] == "--momentum") args[i + 1] = "0";
+  }
+  const auto commands = sit_out_ranks(with(args, {"--max-update", "100000"}), dir / "rendezvous");
+  const std::vector<std::map<std::string, std::string>> envs{{{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
+                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
+                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", slow}}};
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (size_t r = 0; r < 3; ++r) ranks.push_back(std::make_unique<Process>(commands[r], envs[r]));
+  REQUIRE(ranks[0]->wait_for_err("[balance] rank 2 sits out", 120s));
+  write_delay(slow, 0);  // rank 2's probes now see the fastest rank
+  const bool back = ranks[0]->wait_for_err("[balance] rank 2 takes part again", 120s);
+  for (auto& p : ranks) ::kill(p->pid(), SIGTERM);
+  std::vector<ProcessResult> results;
+  for (auto& p : ranks) results.push_back(p->wait(120s));
+  INFO("rank 0 stderr:\n" << results[0].err << "\nrank 2 stderr:\n" << results[2].err);
+  REQUIRE(back);
+  for (const auto& r : results) {
+    CHECK(!r.timed_out);
+    CHECK(r.exit_code == 5);  // stopped after saving checkpoint_last.pt
+  }
+  // The run trained as one process does on the same samples, across the leave and the return.
+  const auto last = hetseq::load_checkpoint(dir / "three/checkpoint_last.pt");
+  auto single_args = args;
+  for (size_t i = 0; i + 1 < single_args.size(); ++i) {
+    if (single_args[i] == "--save-dir") single_args[i + 1] = dir / "single";
+  }
+  const auto single = run_process(
+      with(single_args, {"--max-sentences", "18", "--max-update", std::to_string(last.num_updates)}), 300s);
+  require_success(single, "one process");
+  const auto three = json_lines(results[0].out, "train");
+  CAPTURE(three.size());
+  check_losses_follow(json_lines(single.out, "train"), three);
+  check_same_model(hetseq::load_checkpoint(dir / "single/checkpoint_last.pt"), last);
+  bool out = false, in_again = false;
+  for (const auto& row : three) {
+    const auto split = row.at("split").get<std::vector<int64_t>>();
+    out = out || split[2] == 0;
+    in_again = in_again || (out && split[2] > 0);
+  }
+  CHECK(out);
+  CHECK(in_again);
+}
