@@ -3,6 +3,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "hetseq/cli/device_notice.h"
 #include "hetseq/cli/spawn.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/session/train_session.h"
@@ -42,6 +43,7 @@ int train(int argc, const char* const argv[]) {
   World world(o.distributed.world);
   log::set_rank(world.rank());
   log::enable_all_ranks(o.distributed.log_all_ranks);
+  if (const auto warning = cpu_fallback_warning_here(o.common.cpu)) log::warn("{}", *warning);
   apply_to_process(o.common);
   TrainSession session(o, compared_flags(parser, args), flag_values(args), world);
   stop_request::install();  // from here on a signal is a clean stop: Note [Clean stops]

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <vector>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 
@@ -90,8 +92,44 @@ std::vector<int64_t> missing_ranks(c10d::Store& store, const std::string& key_pr
 
 }  // namespace
 
+std::string rank_runs(const std::vector<int64_t>& ranks, bool bare_singles) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    runs.push_back(bare_singles && i == j ? fmt::format("{}", ranks[i]) : fmt::format("{}..{}", ranks[i], ranks[j]));
+    i = j + 1;
+  }
+  return runs.empty() ? std::string("none") : fmt::format("{}", fmt::join(runs, ", "));
+}
+
+namespace {
+
+// Note [Saying whom a barrier waits for]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A rank that waits at the start barrier for a node that was never started (a typo in the host, a job
+// still queued) would otherwise be silent until --rendezvous-timeout, 300 s by default. So the wait is cut
+// into slices of BarrierReport::interval (RendezvousOptions::report_interval, 15 s), and after each slice
+// the rank reads the per-rank keys and logs one line naming the ranks still missing, as runs ("1..1",
+// "4..7"), the address, and the ranks there ("joined: 0, 2..3"). It logs as [rendezvous], so rank 0 says
+// it (every rank with --log-all-ranks). A cut wait costs nothing: a TCP store's client cancels its wait
+// and keeps its connection, and the barrier opens on the same key as before.
+void report_waiting(c10d::Store& store, const std::string& at, const std::string& name, int64_t world_size,
+                    const BarrierReport& report) {
+  const std::vector<int64_t> missing = missing_ranks(store, at, world_size);
+  std::vector<int64_t> present;
+  for (int64_t r = 0; r < world_size; ++r) {
+    if (!std::binary_search(missing.begin(), missing.end(), r)) present.push_back(r);
+  }
+  log::info("[rendezvous] waiting for ranks {} of {} at {} ({}: {})", rank_runs(missing, false), world_size,
+            report.address, name == "arrived" ? "joined" : name, rank_runs(present, true));
+}
+
+}  // namespace
+
 void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, int64_t world_size,
-                   std::chrono::milliseconds timeout, const std::string& what_to_check) {
+                   std::chrono::milliseconds timeout, const std::string& what_to_check, const BarrierReport& report) {
+  using std::chrono::milliseconds;
   const std::string at = fmt::format("{}/w{}", name, world_size);
   store.set(fmt::format("{}/{}", at, rank), std::vector<uint8_t>{1});
   if (store.add(at + "/count", 1) == world_size) {
@@ -99,8 +137,20 @@ void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, in
     const std::string ok = "ok";
     store.compareSet(at + "/open", {}, std::vector<uint8_t>(ok.begin(), ok.end()));
   }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   try {
-    store.wait({at + "/open"}, timeout);
+    while (true) {  // in slices of report.interval: Note [Saying whom a barrier waits for]
+      const auto left = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
+                                                      deadline - std::chrono::steady_clock::now()));
+      const bool slice = report.interval > milliseconds(0) && report.interval < left;
+      try {
+        store.wait({at + "/open"}, slice ? report.interval : left);
+        break;
+      } catch (const c10::Error&) {
+        if (!slice) throw;
+        report_waiting(store, at, name, world_size, report);
+      }
+    }
   } catch (const c10::Error&) {
     std::vector<int64_t> missing = missing_ranks(store, at, world_size);
     std::string others;  // ranks that did arrive, but for a world of another size
