@@ -60,7 +60,7 @@ TEST_CASE("rank 0 alone at tcp://127.0.0.1:0 says every interval that it waits f
   INFO(fmt::format("{}", fmt::join(lines, "\n")));
   REQUIRE_FALSE(port.empty());
   const std::string waiting = fmt::format("[rendezvous] waiting for ranks 1..1 of 2 at tcp://127.0.0.1:{} (joined: 0)", port);
-  // 1.5 s in slices of 0.25 s: a line after each slice but the last, give or take the store's own delays.
+  // 1.5 s with a line every 0.25 s: five, give or take the machine's delays.
   CHECK(count_lines(lines, waiting) >= 3);
   CHECK(count_lines(lines, waiting) <= 6);
 }
