@@ -43,9 +43,10 @@ int train(int argc, const char* const argv[]) {
   World world(o.distributed.world);
   log::set_rank(world.rank());
   log::enable_all_ranks(o.distributed.log_all_ranks);
-  if (const auto warning = cpu_fallback_warning_here(o.common.cpu)) log::warn("{}", *warning);
   apply_to_process(o.common);
   TrainSession session(o, compared_flags(parser, args), flag_values(args), world);
+  // Once the run is built, so that an error in building it stays the one line on stderr.
+  if (const auto warning = cpu_fallback_warning_here(o.common.cpu)) log::warn("{}", *warning);
   stop_request::install();  // from here on a signal is a clean stop: Note [Clean stops]
   session.run();
   const int code = session.stopped() ? kExitStopped : kExitDone;

@@ -30,7 +30,7 @@ size_t lines_with(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("the nearest known flags: a letter missing, doubled or swapped; nothing for an unrelated name",
+TEST_CASE("the nearest known flags: a letter missing, doubled or swapped, and nothing for an unrelated name",
           "[cli][flags]") {
   using hetseq::cli::nearest_flags;
   const std::vector<std::string> known{"max-sentences", "max-sentences-valid", "max-epoch", "max-update", "lr",
@@ -93,7 +93,7 @@ TEST_CASE("the CPU warning names what was looked for, and only when no CUDA devi
   CHECK_FALSE(cpu_fallback_warning(false, 2, {}, true));
 }
 
-TEST_CASE("a run without --cpu where no GPU is visible warns once that it trains on the CPU; --cpu silences it",
+TEST_CASE("a run without --cpu where no GPU is visible warns once that it trains on the CPU, and --cpu silences it",
           "[cli][device][installed-data]") {
   const std::string data = fashion_mnist_prefix(64, 32);
   TempDir dir;
