@@ -1,6 +1,7 @@
 #include "hetseq/cli/nearest_flag.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace hetseq::cli {
 

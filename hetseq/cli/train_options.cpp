@@ -62,8 +62,8 @@ std::string unknown_flag_message(const cxxopts::Options& parser, const std::vect
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--") break;
     if (args[i].rfind("--", 0) != 0) continue;
-    const std::string name = args[i].substr(2, args[i].find('=') == std::string::npos ? std::string::npos
-                                                                                      : args[i].find('=') - 2);
+    const size_t eq = args[i].find('=');
+    const std::string name = args[i].substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
     const std::vector<std::string> near = nearest_flags(name, known);
     if (near.empty()) return fmt::format("unknown flag --{} (see --help)", name);
@@ -359,7 +359,7 @@ void add_task_flags(cxxopts::Options& parser, const std::optional<std::string>& 
     order.erase(std::find(order.begin(), order.end(), *task));
     order.insert(order.begin(), *task);
   }
-  std::set<std::string> declared;  // a flag two tasks declare is declared once: See Note [A task's flags are its own]
+  std::set<std::string> declared;  // a flag two tasks declare is declared once: see Note [A task's flags are its own]
   for (const auto& name : order) {
     const TaskSpec& spec = TaskRegistry::global().get(name);
     if (!spec.flags) continue;
