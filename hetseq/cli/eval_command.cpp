@@ -23,7 +23,7 @@ cxxopts::Options make_eval_parser(const std::optional<std::string>& task) {
       ("valid-subset", "comma-separated splits to evaluate", text_flag(d, "valid-subset", "valid"))
       ("max-sentences", "samples per batch", text_flag(d, "max-sentences", "256"))
       ("num-workers", "background threads that build batches", text_flag(d, "num-workers", "1"));
-  add_task_flags(parser);
+  add_task_flags(parser, task);
   return parser;
 }
 

@@ -93,19 +93,44 @@ SpawnPlan plan_under_slurm(const TrainOptions& o, const SlurmTask& task,
   return plan;
 }
 
+// Note [Port 0]
+// ~~~~~~~~~~~~~
+// tcp://HOST:0 lets the store's host pick a free port. Only the workers that this command starts can
+// learn it: the launcher hosts the store and passes the port it got on to them (launch_workers). A rank
+// started by another command (another node, or a second hetseq-train) would wait for a port it cannot
+// know until --rendezvous-timeout, silently. So port 0 is refused at once, before any store exists, when
+// the world holds ranks that this command does not start.
+void check_random_port(const std::string& init_method, int64_t first_rank, int64_t workers, int64_t world_size) {
+  if (init_method.rfind("tcp://", 0) != 0) return;
+  const InitMethod m = parse_init_method(init_method, {});
+  if (m.port != 0 || (first_rank == 0 && workers >= world_size)) return;
+  throw UsageError(fmt::format(
+      "--distributed-init-method {}: port 0 picks a random port that only the workers this command starts can "
+      "learn, but this command starts rank(s) {}..{} of --distributed-world-size {}; give a fixed port that every "
+      "node reaches (e.g. tcp://{}:29500), or start all {} workers from this command (--distributed-gpus {})",
+      init_method, first_rank, first_rank + workers - 1, world_size, m.host, world_size, world_size));
+}
+
 }  // namespace
 
 SpawnPlan plan_spawn(const TrainOptions& o, const std::map<std::string, std::string>& env, int64_t visible_devices) {
   const WorldOptions& d = o.distributed.world;
   SpawnPlan plan;
-  if (o.distributed.no_spawn || launched_by_torchrun(env)) return plan;  // Note [Joining a world]
+  if (launched_by_torchrun(env)) return plan;  // Note [Joining a world]
+  if (o.distributed.no_spawn) {
+    check_random_port(d.init_method, d.rank, 1, d.world_size.value_or(1));  // Note [Port 0]
+    return plan;
+  }
   const bool gpus_given = o.distributed.gpus.has_value();
   const int64_t wanted = gpus_given ? *o.distributed.gpus : (!o.common.cpu && visible_devices > 0 ? visible_devices : 1);
   if (d.init_method.empty()) {
     const std::optional<SlurmTask> task = slurm_task(env);
     if (task && task->tasks > 1) return plan_under_slurm(o, *task, env, wanted, gpus_given);
   }
-  if (wanted == 1) return plan;
+  if (wanted == 1) {
+    check_random_port(d.init_method, d.rank, 1, d.world_size.value_or(1));  // Note [Port 0]
+    return plan;
+  }
   plan.workers = wanted;
   plan.first_rank = d.rank;
   plan.world_size = d.world_size.value_or(d.rank + wanted);  // HetSeq's default: the world is this node's workers
@@ -117,6 +142,7 @@ SpawnPlan plan_spawn(const TrainOptions& o, const std::map<std::string, std::str
                      "(--distributed-world-size larger than this node's workers): tcp://HOST:PORT, "
                      "file:///shared/path or env://");
   }
+  check_random_port(plan.init_method, plan.first_rank, plan.workers, plan.world_size);  // Note [Port 0]
   plan.host_store = plan.init_method.rfind("tcp://", 0) == 0 && d.rank == 0;
   return plan;
 }

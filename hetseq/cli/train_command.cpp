@@ -3,6 +3,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "hetseq/cli/device_notice.h"
 #include "hetseq/cli/spawn.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/session/train_session.h"
@@ -44,6 +45,8 @@ int train(int argc, const char* const argv[]) {
   log::enable_all_ranks(o.distributed.log_all_ranks);
   apply_to_process(o.common);
   TrainSession session(o, compared_flags(parser, args), flag_values(args), world);
+  // Once the run is built, so that an error in building it stays the one line on stderr.
+  if (const auto warning = cpu_fallback_warning_here(o.common.cpu)) log::warn("{}", *warning);
   stop_request::install();  // from here on a signal is a clean stop: Note [Clean stops]
   session.run();
   const int code = session.stopped() ? kExitStopped : kExitDone;

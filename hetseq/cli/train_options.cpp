@@ -8,6 +8,7 @@
 #include "hetseq/optim/optimizer_overrides.h"
 #include "hetseq/core/error.h"
 #include "hetseq/cli/flags.h"
+#include "hetseq/cli/nearest_flag.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/cli/per_rank_flags.h"
 #include "hetseq/observe/tracer.h"
@@ -43,6 +44,35 @@ int64_t positive(const cxxopts::ParseResult& args, const std::string& name) {
 }
 
 bool flag(const cxxopts::ParseResult& args, const std::string& name) { return args[name].as<bool>(); }
+
+// The long names of every flag of `parser`, in its groups' order.
+std::vector<std::string> long_flag_names(const cxxopts::Options& parser) {
+  std::vector<std::string> names;
+  for (const auto& group : parser.groups()) {
+    for (const auto& option : parser.group_help(group).options) names.insert(names.end(), option.l.begin(), option.l.end());
+  }
+  return names;
+}
+
+// The error for the first `--name` of `args` (aliases resolved) that `parser` does not know, with the
+// known flags nearest to it (Note [Nearest flag]); `cxxopts_message` when none is found.
+std::string unknown_flag_message(const cxxopts::Options& parser, const std::vector<std::string>& args,
+                                 const std::string& cxxopts_message) {
+  const std::vector<std::string> known = long_flag_names(parser);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--") break;
+    if (args[i].rfind("--", 0) != 0) continue;
+    const size_t eq = args[i].find('=');
+    const std::string name = args[i].substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    const std::vector<std::string> near = nearest_flags(name, known);
+    if (near.empty()) return fmt::format("unknown flag --{} (see --help)", name);
+    std::vector<std::string> dashed;
+    for (const auto& n : near) dashed.push_back("--" + n);
+    return fmt::format("unknown flag --{}; did you mean {}? (see --help)", name, fmt::join(dashed, " or "));
+  }
+  return fmt::format("{} (see --help)", cxxopts_message);
+}
 
 }  // namespace
 
@@ -293,7 +323,7 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task) {
                    add_distributed_flags, add_balance_flags, add_checkpoint_flags, add_observe_flags}) {
     add(parser, task);
   }
-  add_task_flags(parser);
+  add_task_flags(parser, task);
   return parser;
 }
 
@@ -314,9 +344,23 @@ void add_flag_set(cxxopts::Options& parser, const FlagSet& flags, const DefaultO
   }
 }
 
-void add_task_flags(cxxopts::Options& parser) {
-  std::set<std::string> declared;  // a flag two tasks declare is declared once
-  for (const auto& name : TaskRegistry::global().names()) {
+// Note [A task's flags are its own]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Tasks are written apart (in the tree, or as a --user-dir library), so two of them may declare the same
+// flag name with their own default and help: MNIST's --hidden-units is 128, a library's may be 32. The
+// parser holds one option per name, so the task that --task names declares its flags first and the
+// others skip the names it took; its defaults and help are then the ones parsed and shown (--task X
+// --help). Without --task, or for a name no other task shares, the order is the registry's (by name).
+// A task's program of its own (hetseq::main with the task linked in) and hetseq-train with the same task
+// as a --user-dir library therefore train the same model.
+void add_task_flags(cxxopts::Options& parser, const std::optional<std::string>& task) {
+  std::vector<std::string> order = TaskRegistry::global().names();
+  if (task && TaskRegistry::global().contains(*task)) {
+    order.erase(std::find(order.begin(), order.end(), *task));
+    order.insert(order.begin(), *task);
+  }
+  std::set<std::string> declared;  // a flag two tasks declare is declared once: see Note [A task's flags are its own]
+  for (const auto& name : order) {
     const TaskSpec& spec = TaskRegistry::global().get(name);
     if (!spec.flags) continue;
     FlagSet set(spec.group());
@@ -358,6 +402,8 @@ cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, cons
                                    result.unmatched().front()));
     }
     return result;
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    throw UsageError(unknown_flag_message(parser, args, e.what()));
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(fmt::format("{} (see --help)", e.what()));
   }

@@ -38,8 +38,10 @@ cxxopts::Options make_train_parser(const std::optional<std::string>& task);
 void add_flag_set(cxxopts::Options& parser, const FlagSet& flags, const DefaultOf& default_of,
                   std::set<std::string>* declared = nullptr);
 
-/// Adds every registered task's own flags (TaskSpec::flags), each task's under its group.
-void add_task_flags(cxxopts::Options& parser);
+/// Adds every registered task's own flags (TaskSpec::flags), each task's under its group. A flag name that
+/// several tasks declare is declared once, by `task` (the --task given) when it declares it: Note [A task's
+/// flags are its own].
+void add_task_flags(cxxopts::Options& parser, const std::optional<std::string>& task = std::nullopt);
 
 /// Every flag with a value, as text: given (the last time it appears), else its default; switches as
 /// "true" or "false". What tasks, optimizers and schedules read their flags from.

@@ -25,7 +25,8 @@ std::string seconds(std::chrono::milliseconds t) {
 }  // namespace
 
 void leave_rendezvous(const Rendezvous& joined, std::chrono::milliseconds timeout) {
-  store_barrier(*joined.store, "finished", joined.rank, joined.world_size, timeout, "");
+  store_barrier(*joined.store, "finished", joined.rank, joined.world_size, timeout, "",
+                BarrierReport{joined.report_interval, joined.address});
   if (joined.rank != 0) {
     if (joined.store->add("left/count", 1) == joined.world_size - 1) {
       joined.store->set("left/all", std::vector<uint8_t>{1});
@@ -67,6 +68,7 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
       tcp.timeout = options.timeout;
       auto store = c10::make_intrusive<c10d::TCPStore>(method.host, tcp);
       if (tcp.isServer) log::info("[rendezvous] store listening on {}:{}", method.host, store->getPort());
+      out.address = fmt::format("tcp://{}:{}", method.host, store->getPort());  // port 0 read back
       raw = store;
     }
   } catch (const c10::Error& e) {
@@ -93,6 +95,8 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
   out.prefix = base + std::string(generation.begin(), generation.end());  // PrefixStore adds the "/"
   out.store = c10::make_intrusive<c10d::PrefixStore>(out.prefix, raw);
   out.file_path = method.kind == InitMethod::Kind::kFile ? method.path : std::string();
+  if (method.kind == InitMethod::Kind::kFile) out.address = "file://" + method.path;
+  out.report_interval = options.report_interval;
 
   // Claim the rank (Note [Rendezvous keys]).
   c10d::Store& store = *out.store;
@@ -121,7 +125,8 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
   log::info("[rendezvous] rank {} of {} joined via {}", out.rank, out.world_size, options.init_method);
   store_barrier(store, "arrived", out.rank, out.world_size, options.timeout,
                 "; check that every node was started with the same --distributed-init-method and "
-                "--distributed-world-size");
+                "--distributed-world-size",
+                BarrierReport{options.report_interval, out.address});
   return out;
 }
 

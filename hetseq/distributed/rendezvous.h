@@ -21,6 +21,9 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout
   /// The TCP store is already hosted (by this node's launcher); rank 0 connects as a client.
   bool store_hosted_elsewhere = false;
+  /// How often a rank waiting for the others says whom it waits for (0: never); Note [Saying whom a
+  /// barrier waits for] in rendezvous_keys.cpp.
+  std::chrono::milliseconds report_interval{std::chrono::seconds(15)};
 };
 
 /// Where this worker stands after the rendezvous.
@@ -33,6 +36,8 @@ struct Rendezvous {
   std::string prefix;                 // of every key, without the "/" that PrefixStore adds; Note [Rendezvous keys]
   std::string base_prefix;            // store_prefix(): the run and attempt, without the generation
   c10::intrusive_ptr<c10d::Store> raw_store;  // the store without the prefix
+  std::string address;                // where the ranks meet: tcp://HOST:PORT (the port read back) or file:///path
+  std::chrono::milliseconds report_interval{0};  // RendezvousOptions::report_interval, for the final barrier
 };
 
 /// Joins the rendezvous: opens the store (prefixed with store_prefix), claims this rank, then waits

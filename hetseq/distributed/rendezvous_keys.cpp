@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 
@@ -24,8 +27,8 @@ namespace hetseq {
 //
 // Arrival (store_barrier): a rank claims its rank with add("rank/<r>", 1) and writes "host pid W" under
 // "rank/<r>/by/<n>" for the n it got back, then counts itself in with add("<barrier>/w<W>/count", 1);
-// the rank that brings the count to W sets "<barrier>/w<W>/open", on which every rank waits (one
-// blocking wait, no polling). Keys carry the world size W, so that ranks started with different
+// the rank that brings the count to W sets "<barrier>/w<W>/open", which every rank waits for (checking it
+// until it is there: Note [Saying whom a barrier waits for]). Keys carry the world size W, so that ranks started with different
 // --distributed-world-size never complete each other's barrier. A rank that gets n > 1 is a second
 // worker with that rank: it writes the message naming both claims into "arrived/w<W>/open", so that
 // every waiting rank fails with it at once, and fails itself. With file://, a claim whose process is
@@ -90,8 +93,66 @@ std::vector<int64_t> missing_ranks(c10d::Store& store, const std::string& key_pr
 
 }  // namespace
 
+std::string rank_runs(const std::vector<int64_t>& ranks, bool bare_singles) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    runs.push_back(bare_singles && i == j ? fmt::format("{}", ranks[i]) : fmt::format("{}..{}", ranks[i], ranks[j]));
+    i = j + 1;
+  }
+  return runs.empty() ? std::string("none") : fmt::format("{}", fmt::join(runs, ", "));
+}
+
+namespace {
+
+// Note [Saying whom a barrier waits for]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A rank that waits at the start barrier for a node that was never started (a typo in the host, a job
+// still queued) would otherwise be silent until --rendezvous-timeout, 300 s by default. So every
+// BarrierReport::interval (RendezvousOptions::report_interval, 15 s) the waiting rank reads the per-rank
+// keys and logs one line naming the ranks still missing, as runs ("1..1", "4..7"), the address, and the
+// ranks there ("joined: 0, 2..3"). It logs as [rendezvous], so rank 0 says it (every rank with
+// --log-all-ranks). The rank waits by checking the barrier's key, every 50 ms at most (sooner at first),
+// not by a blocking wait cut into slices: a TCP store's client warns on every wait that times out (two
+// lines of c10d's, from every rank, at each report), and check() says nothing. The start and the end of a
+// run are the only places it waits so; the store serves those checks from memory.
+void report_waiting(c10d::Store& store, const std::string& at, const std::string& name, int64_t world_size,
+                    const BarrierReport& report) {
+  const std::vector<int64_t> missing = missing_ranks(store, at, world_size);
+  std::vector<int64_t> present;
+  for (int64_t r = 0; r < world_size; ++r) {
+    if (!std::binary_search(missing.begin(), missing.end(), r)) present.push_back(r);
+  }
+  log::info("[rendezvous] waiting for ranks {} of {} at {} ({}: {})", rank_runs(missing, false), world_size,
+            report.address, name == "arrived" ? "joined" : name, rank_runs(present, true));
+}
+
+// Waits until "<at>/open" is set, at most `timeout`, saying whom it waits for as `report` asks; false on
+// a timeout. See Note [Saying whom a barrier waits for].
+bool await_open(c10d::Store& store, const std::string& at, const std::string& name, int64_t world_size,
+                std::chrono::milliseconds timeout, const BarrierReport& report) {
+  using std::chrono::milliseconds;
+  const auto start = std::chrono::steady_clock::now();
+  auto next_report = start + report.interval;
+  milliseconds pause(1);
+  while (!store.check({at + "/open"})) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start >= timeout) return false;
+    if (report.interval > milliseconds(0) && now >= next_report) {
+      report_waiting(store, at, name, world_size, report);
+      next_report += report.interval;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
 void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, int64_t world_size,
-                   std::chrono::milliseconds timeout, const std::string& what_to_check) {
+                   std::chrono::milliseconds timeout, const std::string& what_to_check, const BarrierReport& report) {
   const std::string at = fmt::format("{}/w{}", name, world_size);
   store.set(fmt::format("{}/{}", at, rank), std::vector<uint8_t>{1});
   if (store.add(at + "/count", 1) == world_size) {
@@ -99,9 +160,12 @@ void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, in
     const std::string ok = "ok";
     store.compareSet(at + "/open", {}, std::vector<uint8_t>(ok.begin(), ok.end()));
   }
+  bool opened = false;
   try {
-    store.wait({at + "/open"}, timeout);
-  } catch (const c10::Error&) {
+    opened = await_open(store, at, name, world_size, timeout, report);
+  } catch (const c10::Error&) {  // the store is gone (its host died): the missing ranks are named below
+  }
+  if (!opened) {
     std::vector<int64_t> missing = missing_ranks(store, at, world_size);
     std::string others;  // ranks that did arrive, but for a world of another size
     for (int64_t r : missing) {

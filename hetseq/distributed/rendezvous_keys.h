@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -35,11 +36,23 @@ int64_t claim_rank(c10d::Store& store, int64_t rank, const RankClaim& claim);
 /// The first claim of `rank`, when there is one that reads as a claim.
 std::optional<RankClaim> read_rank_claim(c10d::Store& store, int64_t rank);
 
+/// What a rank waiting at store_barrier says while it waits (Note [Saying whom a barrier waits for]): every
+/// `interval`, one line "[rendezvous] waiting for ranks 1..1 of 2 at tcp://10.0.0.1:23456 (joined: 0)".
+struct BarrierReport {
+  std::chrono::milliseconds interval{0};  // 0: say nothing
+  std::string address;                    // where the ranks meet (tcp://HOST:PORT, file:///path), for the line
+};
+
+/// `ranks` (ascending) as runs "a..b" joined by ", " ("1..1, 3..5"), or as "a" for a run of one when
+/// `bare_singles`; "none" when empty.
+std::string rank_runs(const std::vector<int64_t>& ranks, bool bare_singles);
+
 /// A barrier on the store: every rank of `world_size` calls it with the same `name`; returns when all
 /// have arrived. Throws hetseq::PeerError naming the ranks missing after `timeout` (with
 /// `what_to_check` appended), and hetseq::InputError with the message a rank left in `<name>/open`
-/// (a duplicate rank). See Note [Rendezvous keys].
+/// (a duplicate rank). While it waits it says whom for, as `report` asks. See Note [Rendezvous keys].
 void store_barrier(c10d::Store& store, const std::string& name, int64_t rank, int64_t world_size,
-                   std::chrono::milliseconds timeout, const std::string& what_to_check);
+                   std::chrono::milliseconds timeout, const std::string& what_to_check,
+                   const BarrierReport& report = {});
 
 }  // namespace hetseq

@@ -170,3 +170,43 @@ TEST_CASE("Slurm adds nothing to a single task and an explicit init method leave
   CHECK(flags.first_rank == 4);
   CHECK(flags.world_size == 8);
 }
+
+TEST_CASE("tcp:// port 0 is refused at once when the world holds ranks this command does not start (Note [Port 0])",
+          "[spawn]") {
+  // One CPU worker of a world of 2: the random port could never reach rank 1.
+  TrainOptions lone = options();
+  lone.common.cpu = true;
+  lone.distributed.world.world_size = 2;
+  lone.distributed.world.init_method = "tcp://127.0.0.1:0";
+  CHECK(error_of<UsageError>([&] { plan_spawn(lone, {}, 0); }) ==
+        "--distributed-init-method tcp://127.0.0.1:0: port 0 picks a random port that only the workers this command "
+        "starts can learn, but this command starts rank(s) 0..0 of --distributed-world-size 2; give a fixed port that "
+        "every node reaches (e.g. tcp://127.0.0.1:29500), or start all 2 workers from this command "
+        "(--distributed-gpus 2)");
+  TrainOptions no_spawn = lone;
+  no_spawn.distributed.no_spawn = true;
+  CHECK_THAT(error_of<UsageError>([&] { plan_spawn(no_spawn, {}, 0); }), Catch::Contains("rank(s) 0..0 of"));
+  // The second node of a world of 8 (ranks 4..7) cannot learn the port of the first either.
+  TrainOptions second = cpu_with_gpus(4);
+  second.distributed.world.world_size = 8;
+  second.distributed.world.rank = 4;
+  second.distributed.world.init_method = "tcp://10.0.0.1:0";
+  CHECK_THAT(error_of<UsageError>([&] { plan_spawn(second, {}, 0); }),
+             Catch::Contains("this command starts rank(s) 4..7 of --distributed-world-size 8") &&
+                 Catch::Contains("e.g. tcp://10.0.0.1:29500"));
+
+  // Every rank started here: the launcher hosts the store and tells its workers the port it got.
+  TrainOptions all = cpu_with_gpus(2);
+  all.distributed.world.world_size = 2;
+  all.distributed.world.init_method = "tcp://127.0.0.1:0";
+  const SpawnPlan plan = plan_spawn(all, {}, 0);
+  CHECK(plan.workers == 2);
+  CHECK(plan.init_method == "tcp://127.0.0.1:0");
+  CHECK(plan.host_store);
+  // A world of one needs no peer; a fixed port is never refused.
+  TrainOptions one = lone;
+  one.distributed.world.world_size = 1;
+  CHECK(plan_spawn(one, {}, 0).workers == 1);
+  lone.distributed.world.init_method = "tcp://127.0.0.1:29500";
+  CHECK(plan_spawn(lone, {}, 0).workers == 1);
+}
