@@ -51,8 +51,8 @@
 #         scaling benchmarks/mnist_distributed_throughput.sh on the machine's CPUs (cases one, two, three-hetero, 2
 #                 repeats of 100 updates, --fast-stat-sync; --scaling ARGS replaces those arguments): hetseq's
 #                 speed-up over its own one rank against PyTorch DDP's, on a machine other than the 2-core one
-#         tests   the whole test suite (less hidden tests and those that need Debian's packages: [installed-data],
-#                 [slurm], [netns]), several tests at once, until the budget ends (tests not started are listed)
+#         tests   the whole test suite (less hidden tests, those that need Debian's packages: [installed-data],
+#                 [slurm], [netns], and those of the build's test plugin: [test-plugin]), several tests at once, until the budget ends (tests not started are listed)
 #       --tests SPEC restricts the tests step to a Catch2 test spec (default: all, less [cuda] when the cuda step runs).
 #
 # Exit code of --run: 0 when every step passed, 1 otherwise (the summary says which). --pack and --rehearse exit 1
@@ -553,6 +553,9 @@ run_tests() {
   if [ "$total" -eq 0 ]; then status=failed reason="no test matched '$spec'"
   elif [ "$failed" -gt 0 ]; then status=failed reason="$failed test(s) failed: logs/$name/, tests_$name.tsv"
   elif [ "$not_run" -gt 0 ]; then status=failed reason="$not_run test(s) not started, or stopped, when the budget ended"
+  elif [ "$name" = cuda ] && [ "$skipped" -eq "$total" ]; then
+    # On the GPU machine a CUDA test that skips is one that saw no device: all skipped is no check at all.
+    status=failed reason="all $total CUDA tests skipped: the tests saw no CUDA device (logs/$name/)"
   fi
   local failed_names
   failed_names="$(awk -F'\t' '$1 == "failed" || $1 == "timeout" {print $3}' "$results" |
@@ -776,7 +779,8 @@ run_checks() {
              # those that need what only Debian's packages give (scripts/setup.sh): the installed
              # Fashion-MNIST, Slurm, `ip netns`.
              spec="$test_spec"
-             [ -z "$spec" ] && spec="~[.]~[installed-data]~[slurm]~[netns]"
+             # [test-plugin]: the plugin .so the build makes for the --user-dir tests is not packed.
+             [ -z "$spec" ] && spec="~[.]~[installed-data]~[slurm]~[netns]~[test-plugin]"
              [ -z "$test_spec" ] && [[ ",$steps," == *,cuda,* ]] && spec="$spec~[cuda]"
              run_tests tests "$spec" "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" 5 || failed=1 ;;
       *) record "$s" failed 0 "unknown step (see --help)"; failed=1 ;;

@@ -50,7 +50,12 @@ cmake -S "$root/examples/custom_task" -B "$example" -G Ninja -DCMAKE_BUILD_TYPE=
   { show "$tmp/configure.log"; fail "configuring examples/custom_task against the installed hetseq"; }
 cmake --build "$example" -j "${HETSEQ_BUILD_JOBS:-2}" >"$tmp/build.log" 2>&1 ||
   { show "$tmp/build.log"; fail "building examples/custom_task against the installed hetseq"; }
-if grep -q -- "-I$root" "$example/build.ninja"; then fail "the example was compiled with the source tree's headers"; fi
+# Any include flag (-I, -isystem, -iquote, -idirafter, with or without a space) into the source or the build
+# tree: the installed prefix alone must serve the example.
+if grep -nE -- "-(I|isystem|iquote|idirafter) ?($root|$build)(/| |$)" "$example/build.ninja" >"$tmp/leaks.txt"; then
+  cat "$tmp/leaks.txt" >&2
+  fail "the example was compiled with headers of the source tree ($root) or the build tree ($build)"
+fi
 echo "check_install: built $example/libspirals_task.so and $example/spirals-train"
 
 plugin=("$prefix/bin/hetseq-train" --user-dir "$example/libspirals_task.so")

@@ -23,7 +23,7 @@ std::string one_spaced_help(const std::string& text) { return std::regex_replace
 }  // namespace
 
 TEST_CASE("a --user-dir task and MNIST both declare --hidden-units: each --task gets its own default and help",
-          "[cli][task][user-dir]") {
+          "[cli][task][user-dir][test-plugin]") {
   const std::string plugin = widths_plugin();
   {
     const ProcessResult r = run_hetseq_train({"--user-dir", plugin, "--task", "widths", "--help"});
