@@ -10,7 +10,8 @@ namespace hetseq {
 
 /// The memory free for this rank on `device`, in bytes: on a CUDA device the device's free memory
 /// (cudaMemGetInfo); on the CPU the smaller of /proc/meminfo's MemAvailable and what the process's
-/// cgroup still allows (memory.max - memory.current, cgroup v2 or v1). The default of --memory-budget.
+/// cgroup and its ancestors still allow (memory.max - memory.current, cgroup v2 or v1; Note [Room in a
+/// cgroup]). The default of --memory-budget.
 /// Throws hetseq::InputError when nothing can be read (no /proc/meminfo).
 int64_t free_memory_bytes(const torch::Device& device);
 
