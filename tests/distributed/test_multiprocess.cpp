@@ -297,5 +297,5 @@ TEST_CASE("a file rendezvous is removed after a run and a stale one is a clear e
   CHECK(results[0].exit_code == hetseq::kExitInput);
   CHECK_THAT(results[0].err, Catch::Contains("earlier run") && Catch::Contains(rdv));
   CHECK(!results[1].timed_out);
-  CHECK(results[1].exit_code != 0);
+  CHECK(results[1].exit_code == hetseq::kExitPeerLost);
 }
