@@ -1,6 +1,7 @@
 #include "hetseq/distributed/save_fence.h"
 
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/distributed/lost_peer.h"
 
 namespace hetseq {
 namespace {
@@ -19,7 +21,7 @@ constexpr auto kPoll = std::chrono::milliseconds(50);   // how often the waiters
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-int64_t seconds(std::chrono::milliseconds d) { return std::chrono::duration_cast<std::chrono::seconds>(d).count(); }
+int64_t whole_seconds(std::chrono::milliseconds d) { return std::chrono::duration_cast<std::chrono::seconds>(d).count(); }
 
 // Adds 1 to `key` in the store every kBeat, on a thread of its own, until stop() or destruction.
 class Heartbeat {
@@ -135,7 +137,7 @@ void SaveFence::run(int64_t id, const std::function<void()>& write) {
         write();
       } catch (const std::exception& e) {
         heart.stop();
-        const bool lost = dynamic_cast<const PeerError*>(&e) != nullptr;
+        const bool lost = dynamic_cast<const PeerError*>(&e) != nullptr || is_lost_peer(e);
         store_->set(done_key, bytes_of(fmt::format("{} rank 0 could not write the checkpoint: {}",
                                                    lost ? "lost" : "failed", e.what())));
         throw;
@@ -153,12 +155,12 @@ void SaveFence::run(int64_t id, const std::function<void()>& write) {
       if (rank0.stalled(store_->add(beat_key, 0), now, liveness_)) {
         throw PeerError(fmt::format("rank {} of {}: rank 0 stopped showing progress while writing the checkpoint at "
                                     "update {} (no heartbeat for {} s, --distributed-timeout)",
-                                    rank_, world_size_, id, seconds(liveness_)));
+                                    rank_, world_size_, id, whole_seconds(liveness_)));
       }
       if (now - start > limit_) {
         throw PeerError(fmt::format("rank {} of {}: rank 0 took more than --checkpoint-timeout {} s to write the "
                                     "checkpoint at update {}; raise --checkpoint-timeout for large models on slow disks",
-                                    rank_, world_size_, seconds(limit_), id));
+                                    rank_, world_size_, whole_seconds(limit_), id));
       }
       std::this_thread::sleep_for(kPoll);
     }
@@ -196,7 +198,7 @@ std::string SaveFence::share(int64_t id, const std::string& value) {
       if (Clock::now() - start > liveness_) {
         throw PeerError(fmt::format("rank {} of {}: rank 0 did not reach the checkpoint at update {} within "
                                     "--distributed-timeout {} s (it died or hangs)",
-                                    rank_, world_size_, id, seconds(liveness_)));
+                                    rank_, world_size_, id, whole_seconds(liveness_)));
       }
       std::this_thread::sleep_for(kPoll);
     }
@@ -209,24 +211,25 @@ std::string SaveFence::share(int64_t id, const std::string& value) {
 
 void SaveFence::write_part(int64_t id, const std::function<std::string()>& write) {
   HETSEQ_ASSERT(rank_ != 0, "SaveFence::write_part on rank 0");
-  const std::string key = fmt::format("{}/part/{}", prefix(id), rank_);
   std::string record;
-  try {
+  std::exception_ptr failed;
+  {
     Heartbeat heart(*store_, fmt::format("{}/part-beat/{}", prefix(id), rank_));
     try {
       record = write();
     } catch (const std::exception& e) {
-      heart.stop();
-      store_->set(key, bytes_of(fmt::format("error {}", e.what())));
-      throw;
+      record = fmt::format("error {}", e.what());
+      failed = std::current_exception();
     }
-    heart.stop();
-    store_->set(key, bytes_of(record));
+  }
+  try {
+    store_->set(fmt::format("{}/part/{}", prefix(id), rank_), bytes_of(record));
   } catch (const c10::Error& e) {
-    throw PeerError(fmt::format("rank {} of {}: lost the store while writing its part of the checkpoint at update {}: "
-                                "{}",
+    throw PeerError(fmt::format("rank {} of {}: lost the store while handing rank 0 its part of the checkpoint at "
+                                "update {}: {}",
                                 rank_, world_size_, id, e.what_without_backtrace()));
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 std::vector<std::string> SaveFence::collect(int64_t id) {
@@ -251,7 +254,7 @@ std::vector<std::string> SaveFence::collect(int64_t id) {
           throw PeerError(fmt::format("rank 0 of {}: rank {} stopped showing progress while writing its part of the "
                                       "checkpoint at update {} (no heartbeat for {} s, --distributed-timeout): it died "
                                       "or hangs",
-                                      world_size_, r, id, seconds(liveness_)));
+                                      world_size_, r, id, whole_seconds(liveness_)));
         }
         still.push_back(r);
       }
@@ -260,7 +263,7 @@ std::vector<std::string> SaveFence::collect(int64_t id) {
       if (now - start > limit_) {
         throw PeerError(fmt::format("rank 0 of {}: rank(s) {} did not write their part of the checkpoint at update {} "
                                     "within --checkpoint-timeout {} s",
-                                    world_size_, fmt::join(pending, ", "), id, seconds(limit_)));
+                                    world_size_, fmt::join(pending, ", "), id, whole_seconds(limit_)));
       }
       std::this_thread::sleep_for(kPoll);
     }
