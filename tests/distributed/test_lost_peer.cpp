@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/cli/train_command.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/distributed/lost_peer.h"
@@ -86,6 +89,28 @@ TEST_CASE("The backend's own errors of a lost peer are recognised, other errors 
   CHECK(hetseq::is_lost_peer(c10::DistNetworkError("the store went away")));
   CHECK(!hetseq::is_lost_peer(hetseq::InputError("--save-dir /x: disk full")));
   CHECK(!hetseq::is_lost_peer(std::runtime_error("shape mismatch")));
+}
+
+TEST_CASE("A raw Gloo error of a lost peer that escapes to the driver is exit code 4 with its words on one line",
+          "[distributed][lost_peer]") {
+  std::ostringstream err;
+  std::streambuf* const was = std::cerr.rdbuf(err.rdbuf());
+  const char* const argv[] = {"hetseq-train"};
+  const int code = hetseq::cli::run_guarded(
+      [](int, const char* const*) -> int {
+        throw std::runtime_error(
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:27274: Connection reset "
+            "by peer");
+      },
+      "hetseq-train", 1, argv);
+  std::cerr.rdbuf(was);
+  const std::string line = err.str();
+  CHECK(code == hetseq::kExitPeerLost);
+  // One line; before any PeerError of this process it also says what the words mean.
+  CHECK_THAT(line, Catch::StartsWith("hetseq-train: error: ") &&
+                       Contains("Read error [127.0.0.1]:27274: Connection reset by peer") && Catch::EndsWith("\n"));
+  CHECK(std::count(line.begin(), line.end(), '\n') == 1);
+  if (!hetseq::peer_failure_seen()) CHECK_THAT(line, Contains("a collective lost a peer: "));
 }
 
 TEST_CASE("SIGKILL of rank 1 of 3 at each save point the pause holds and in an update: every survivor exits with "
