@@ -10,6 +10,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
+#include "hetseq/distributed/lost_peer.h"
 #include "hetseq/distributed/process_group.h"
 #include "hetseq/distributed/world.h"
 
@@ -59,14 +60,24 @@ int train(int argc, const char* const argv[]) {
 }
 
 // See the README's table. The backend may hand on a peer's failure (a PeerError raised in a
-// communication hook) wrapped in its own error type, hence peer_failure_seen().
+// communication hook) wrapped in its own error type, hence peer_failure_seen(), and a collective that
+// no hetseq code waited for fails with the backend's own error, hence is_lost_peer() (Note [Lost peers
+// in collectives]).
 int exit_code_for(const std::exception& e) {
   if (dynamic_cast<const UsageError*>(&e)) return kExitUsage;
   if (dynamic_cast<const InternalError*>(&e)) return kExitInternal;
-  if (dynamic_cast<const PeerError*>(&e) || dynamic_cast<const c10::DistError*>(&e) || peer_failure_seen()) {
-    return kExitPeerLost;
-  }
+  if (dynamic_cast<const PeerError*>(&e) || peer_failure_seen() || is_lost_peer(e)) return kExitPeerLost;
   return dynamic_cast<const InputError*>(&e) ? kExitInput : kExitInternal;
+}
+
+// The one line for `e`: its message, and for the backend's own report of a lost peer what it means.
+std::string error_line(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string what = torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (dynamic_cast<const PeerError*>(&e) || peer_failure_seen() || !is_lost_peer(e)) return what;
+  return fmt::format("a collective lost a peer: {} (a rank died, its connection broke, or it fell behind past "
+                     "--distributed-timeout; restart the run, it resumes from checkpoint_last.pt)",
+                     what);
 }
 
 }  // namespace
@@ -79,9 +90,7 @@ int run_guarded(int (*body)(int, const char* const*), const char* program, int a
   try {
     return body(argc, argv);
   } catch (const std::exception& e) {
-    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-    std::cerr << program << ": error: " << (torch_error ? torch_error->what_without_backtrace() : e.what())
-              << std::endl;
+    std::cerr << program << ": error: " << error_line(e) << std::endl;
     code = exit_code_for(e);
   }
   World::abandon(code);  // a joined worker leaves at once: Gloo's teardown can spin for minutes

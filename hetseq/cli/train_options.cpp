@@ -226,7 +226,8 @@ void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::st
       ("rendezvous-timeout", "seconds to wait for every rank to arrive at the start, and at the end (default: "
        "--distributed-timeout)", optional_flag(d, "rendezvous-timeout"))
       ("checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint; they fail sooner, "
-       "after --distributed-timeout, only if rank 0 stops showing progress", text_flag(d, "checkpoint-timeout", "3600"))
+       "after --distributed-timeout, only if a rank that writes stops showing progress (it died or hangs)",
+       text_flag(d, "checkpoint-timeout", "3600"))
       ("debug-collectives", "check every collective across the ranks (operation, sizes, dtypes) before it runs, so "
        "a mismatch is an error naming the rank instead of a hang; slower", switch_flag())
       ("bucket-cap-mb", "gradient bucket size in MB", text_flag(d, "bucket-cap-mb", "25"))

@@ -2,6 +2,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/distributed/lost_peer.h"
 #include "hetseq/observe/tracer.h"
 
 namespace hetseq {
@@ -38,14 +39,7 @@ std::vector<std::vector<double>> GroupChannel::gather(const std::vector<double>&
   std::vector<torch::Tensor> in{torch::tensor(row, options).to(device_)};
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(torch::empty({k + 1}, options.device(device_)));
-  try {
-    group_->allgather(out, in)->wait();
-  } catch (const std::exception& e) {
-    throw PeerError(fmt::format(
-        "rank {} of {}: the allgather of {} per-rank figures failed: {} (a peer died, fell behind past the process "
-        "group's timeout, or reached a different collective)",
-        rank_, world_size_, k, e.what()));
-  }
+  wait_for_peers(group_->allgather(out, in), rank_, world_size_, fmt::format("allgather of {} per-rank figures", k));
   std::vector<std::vector<double>> all;
   for (int64_t r = 0; r < world_size_; ++r) {
     const torch::Tensor host = out[0][static_cast<size_t>(r)].to(torch::kCPU).contiguous();

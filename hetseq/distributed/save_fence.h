@@ -24,23 +24,25 @@ class SaveFence {
   /// Every rank calls it at the same save point, with an `id` naming it in messages (the update count;
   /// two save points may share one, see prefix()). Rank 0 runs `write` while a thread beats a heartbeat into the store, then tells the
   /// others how it went; the other ranks do not run `write` and return when rank 0 is done. Throws
-  /// on rank 0 whatever `write` throws; on the others hetseq::InputError with rank 0's message when its
-  /// save failed, and hetseq::PeerError when rank 0's heartbeat stops for `liveness` or the save takes
-  /// longer than `limit`.
+  /// on rank 0 whatever `write` throws; on the others rank 0's message, as hetseq::PeerError when rank 0
+  /// lost a peer (a PeerError) and as hetseq::InputError otherwise, and hetseq::PeerError when rank 0's
+  /// heartbeat stops for `liveness` or the save takes longer than `limit`.
   void run(int64_t id, const std::function<void()>& write);
 
   // A sharded save (Note [Sharded optimizer state in checkpoints]): every rank writes its own shard file
   // before run(), and rank 0 writes the rest inside run() once every shard is written.
 
   /// Every rank calls it at the save point `id`: returns rank 0's `value` (the others' is ignored), which
-  /// the others wait for up to --checkpoint-timeout. Throws hetseq::PeerError when it does not come.
+  /// the others wait for up to `liveness` (rank 0 arrives from the same collective as they do). Throws
+  /// hetseq::PeerError when it does not come.
   std::string share(int64_t id, const std::string& value);
-  /// Every rank but 0 calls it once its shard of the save `id` is written (or failed): `record` for
-  /// rank 0 to collect.
-  void post(int64_t id, const std::string& record);
-  /// Rank 0, inside run()'s `write`: every other rank's post() for the save `id`, [rank] (rank 0's entry
-  /// empty), waiting up to --checkpoint-timeout in all. Throws hetseq::PeerError naming the ranks that
-  /// did not post.
+  /// Every rank but 0 calls it for its part of the save `id` (its optimizer shard): runs `write` while a
+  /// thread beats a heartbeat of this rank into the store, then hands rank 0 the record that `write`
+  /// returns, or "error <what>" when it throws (and rethrows). See Note [Lost writers].
+  void write_part(int64_t id, const std::function<std::string()>& write);
+  /// Rank 0, inside run()'s `write`: every other rank's record of write_part() for the save `id`, [rank]
+  /// (rank 0's entry empty). Throws hetseq::PeerError naming the rank when a rank's heartbeat stops for
+  /// `liveness` before its record comes (it died or hangs), or when the records take longer than `limit`.
   std::vector<std::string> collect(int64_t id);
 
  private:

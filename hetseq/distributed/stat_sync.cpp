@@ -9,6 +9,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/distributed/lost_peer.h"
 
 namespace hetseq {
 namespace {
@@ -123,14 +124,7 @@ LogSums StatSync::sum(const LogSums& local, Channel channel) {
 }
 
 void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    throw PeerError(fmt::format(
-        "rank {} of {}: the {} of the statistics failed: {} (a peer died, fell behind past the process group's "
-        "timeout, or reached a different collective)",
-        rank_, world_size_, what, e.what()));
-  }
+  wait_for_peers(work, rank_, world_size_, fmt::format("{} of the statistics", what));
 }
 
 void StatSync::start(const LogSums& local, Channel channel, bool stop) {

@@ -74,7 +74,7 @@ class StatSync {
   LogSums finish_gathered();
   /// Two allgathers of the serialised sums: any names, every rank's values.
   LogSums sum_serialised(const LogSums& local);
-  /// Waits for `work`; failures become hetseq::InputError naming `what`.
+  /// Waits for `work`; failures become hetseq::PeerError naming `what` (wait_for_peers).
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

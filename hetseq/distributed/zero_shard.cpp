@@ -5,6 +5,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/distributed/lost_peer.h"
 
 namespace hetseq {
 
@@ -161,7 +162,7 @@ void ShardGather::gather() {
     pack(rank_, send_);
     std::vector<torch::Tensor> input{send_};
     std::vector<std::vector<torch::Tensor>> output{buffers_};
-    group_->allgather(output, input)->wait();
+    wait_for_peers(group_->allgather(output, input), rank_, world, "allgather of the parameters' shards after the update");
     for (int64_t r = 0; r < world; ++r) {
       if (r != rank_) unpack(r, output[0][static_cast<size_t>(r)]);
     }
@@ -173,7 +174,8 @@ void ShardGather::gather() {
     std::vector<torch::Tensor> tensors{buffer};
     c10d::BroadcastOptions options;
     options.rootRank = r;
-    group_->broadcast(tensors, options)->wait();
+    wait_for_peers(group_->broadcast(tensors, options), rank_, world,
+                   fmt::format("broadcast of rank {}'s shard of the parameters after the update", r));
     if (r != rank_) unpack(r, buffer);
   }
 }

@@ -98,14 +98,13 @@ void Checkpointer::save_sharded(Controller& controller, const SavePoint& point, 
   auto write_mine = [&] {
     mine = write_optimizer_shard(piece, save_id, rank, world, shard_file_path(first, save_id, rank, world));
   };
+  // The others beat a heartbeat of their own meanwhile, so that rank 0 tells one that died from one
+  // that writes slowly (Note [Lost writers]).
   if (rank != 0) {
-    try {
+    fence.write_part(id, [&] {
       write_mine();
-    } catch (const std::exception& e) {
-      fence.post(id, fmt::format("error {}", e.what()));
-      throw;
-    }
-    fence.post(id, fmt::format("ok {} {} {} {} {}", mine.first, mine.numel, mine.bytes, mine.crc32, mine.file));
+      return fmt::format("ok {} {} {} {} {}", mine.first, mine.numel, mine.bytes, mine.crc32, mine.file);
+    });
   }
 
   // 2. Rank 0, once every shard is written: the copies for the other names, a manifest per name, and

@@ -4,6 +4,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/distributed/lost_peer.h"
 
 namespace hetseq {
 
@@ -68,7 +69,7 @@ std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Te
   std::vector<torch::Tensor> input{torch::full({1}, options.budget_bytes, int_options)};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int64_t r = 0; r < world; ++r) output[0].push_back(torch::empty({1}, int_options));
-  group->allgather(output, input)->wait();
+  wait_for_peers(group->allgather(output, input), group->getRank(), world, "allgather of the memory budgets");
   std::vector<int64_t> budgets;
   for (const auto& b : output[0]) budgets.push_back(b.cpu().item<int64_t>());
 
@@ -134,7 +135,8 @@ void ShardedOptimizer::report_plan() {
   std::vector<torch::Tensor> input{torch::tensor(figures, torch::kInt64).to(int_options.device())};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int64_t r = 0; r < group_->getSize(); ++r) output[0].push_back(torch::empty({5}, int_options));
-  group_->allgather(output, input)->wait();
+  wait_for_peers(group_->allgather(output, input), group_->getRank(), group_->getSize(),
+                 "allgather of the optimizer shards' figures");
   std::vector<ShardReport> reports;  // [rank]
   for (const auto& t : output[0]) {
     const torch::Tensor c = t.cpu();
@@ -161,7 +163,7 @@ void ShardedOptimizer::report_plan() {
 // <id> is 16 random hex digits drawn by rank 0 at each save. The order (Checkpointer::save_sharded):
 // rank 0 picks the names and the id and shares them through the store (SaveFence::share); every rank
 // but 0 writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts
-// its entry (SaveFence::post); inside the checkpoint fence (Note [Checkpoint fence]), under its
+// its entry, under a heartbeat of its own (SaveFence::write_part, Note [Lost writers]); inside the checkpoint fence (Note [Checkpoint fence]), under its
 // heartbeat, rank 0 writes its own, collects every entry (SaveFence::collect), copies the shards for
 // the other names, writes one manifest per name, and writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
 // shards and manifest carry the previous id in their names and were not touched, so a process killed at
@@ -205,7 +207,7 @@ void ShardedOptimizer::gather_state() {
   std::vector<torch::Tensor> in{torch::tensor(counts, torch::kInt64).to(params()[0].device())};
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int64_t r = 0; r < world; ++r) out[0].push_back(torch::empty({1}, in[0].options()));
-  group_->allgather(out, in)->wait();
+  wait_for_peers(group_->allgather(out, in), gather_->rank(), world, "allgather of the optimizer buffers' count");
   for (int64_t r = 0; r < world; ++r) {
     if (out[0][static_cast<size_t>(r)].cpu().item<int64_t>() != counts[0]) {
       throw InputError(fmt::format("--zero-sharding os: rank {} holds {} optimizer buffers per parameter and rank {} "
@@ -248,7 +250,8 @@ void ShardedOptimizer::gather_state() {
       std::vector<torch::Tensor> one{t};
       c10d::BroadcastOptions options;
       options.rootRank = r;
-      group_->broadcast(one, options)->wait();
+      wait_for_peers(group_->broadcast(one, options), gather_->rank(), world,
+                     fmt::format("broadcast of rank {}'s optimizer shard", r));
     }
     int64_t row = 0;
     for (const auto& name : names) full[name].narrow(0, range.first, range.numel).copy_(values[row++]);

@@ -137,7 +137,7 @@ TEST_CASE("two save points at one update count use their own fence keys: the sec
       SaveFence fence(store, 1, 2, 5s, 60s);
       for (int save = 0; save < 2; ++save) {
         shared[static_cast<size_t>(save)] = fence.share(5, "");
-        fence.post(5, "ok from save " + std::to_string(save));
+        fence.write_part(5, [&] { return "ok from save " + std::to_string(save); });
         fence.run(5, [] {});
       }
       rank1_saw_second_written = second_written;  // written by rank 0 before its run() returned
@@ -161,4 +161,84 @@ TEST_CASE("two save points at one update count use their own fence keys: the sec
   CHECK(shared == std::vector<std::string>{"save 0", "save 1"});
   CHECK(posted == std::vector<std::string>{"ok from save 0", "ok from save 1"});
   CHECK(rank1_saw_second_written);
+}
+
+TEST_CASE("a sharded save waits for a slow writer that beats and gives up on a silent one within the liveness, "
+          "naming it, as a lost peer on every rank",
+          "[rendezvous][fence]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  // Rank 1 writes its part for 2 s, rank 2 at once, with 1 s of liveness: rank 1's heartbeat keeps rank 0
+  // waiting, and every record arrives.
+  {
+    std::vector<std::string> records;
+    std::vector<std::exception_ptr> errors(3);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          SaveFence fence(store, r, 3, 1s, 60s);
+          if (r == 0) {
+            fence.run(3, [&] { records = fence.collect(3); });
+            return;
+          }
+          fence.write_part(3, [r] {
+            if (r == 1) std::this_thread::sleep_for(2s);
+            return "ok " + std::to_string(r);
+          });
+          fence.run(3, [] {});
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << (errors[r] ? message_of(errors[r]) : "ok"));
+      CHECK(!errors[r]);
+    }
+    CHECK(records == std::vector<std::string>{"", "ok 1", "ok 2"});
+    CHECK(std::chrono::steady_clock::now() - t0 >= 2s);
+  }
+  // A write that fails hands rank 0 its error and throws it on the writer.
+  {
+    std::string record;
+    std::thread zero([&] { record = SaveFence(store, 0, 2, 5s, 60s).collect(4)[1]; });
+    CHECK_THROWS_WITH(SaveFence(store, 1, 2, 5s, 60s).write_part(4, []() -> std::string {
+      throw InputError("--save-dir /x: disk full");
+    }),
+                      "--save-dir /x: disk full");
+    zero.join();
+    CHECK(record == "error --save-dir /x: disk full");
+  }
+  // Rank 1 died before its record (it never beats): rank 0 gives up after the liveness, naming it, and
+  // rank 2, which waits for rank 0's verdict, fails with rank 0's words; both as a lost peer (exit 4).
+  std::vector<std::exception_ptr> errors(3);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread two([&] {
+    try {
+      SaveFence fence(store, 2, 3, 1s, 60s);
+      fence.write_part(5, [] { return std::string("ok 2"); });
+      fence.run(5, [] {});
+    } catch (...) {
+      errors[2] = std::current_exception();
+    }
+  });
+  try {
+    SaveFence fence(store, 0, 3, 1s, 60s);
+    fence.run(5, [&] { fence.collect(5); });
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  two.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  const std::string lost =
+      "rank 0 of 3: rank 1 stopped showing progress while writing its part of the checkpoint at update 5 (no "
+      "heartbeat for 1 s, --distributed-timeout): it died or hangs";
+  REQUIRE(errors[0]);
+  CHECK(is_a<PeerError>(errors[0]));
+  CHECK(message_of(errors[0]) == lost);
+  REQUIRE(errors[2]);
+  CHECK(is_a<PeerError>(errors[2]));
+  CHECK(message_of(errors[2]) == "rank 2 of 3: rank 0 could not write the checkpoint: " + lost);
 }

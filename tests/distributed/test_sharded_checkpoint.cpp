@@ -8,7 +8,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,16 +86,6 @@ std::shared_ptr<const hetseq::OptimizerShards> open_shards(const fs::path& check
   const auto c = hetseq::load_checkpoint(checkpoint);
   REQUIRE(c.optimizer_shards.has_value());
   return hetseq::OptimizerShards::open(checkpoint, *c.optimizer_shards, c.num_updates);
-}
-
-// The line of `err` that holds `text`.
-std::string line_with(const std::string& err, const std::string& text) {
-  std::istringstream in(err);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find(text) != std::string::npos) return line;
-  }
-  return "";
 }
 
 }  // namespace
@@ -342,9 +331,10 @@ TEST_CASE("A sharded checkpoint missing a shard, with a damaged shard or with an
 TEST_CASE("SIGKILL during a sharded save leaves the previous checkpoint loadable, and retention removes shard sets",
           "[distributed][multiprocess][zero_shard][checkpoint]") {
   // Saves after updates 2 and 4 (checkpoint_1_N.pt and checkpoint_last.pt, the last interval file kept).
-  // Per save, rank 0 writes 8 files: its shard (1), the 3 shards' copies for checkpoint_last (2-4), the two
-  // manifests (5, 6), checkpoint_1_N.pt (7) and its copy to checkpoint_last.pt (8); ranks 1 and 2 write
-  // their shard (1). The second save is held at a known write (Note [Save pause]) and every rank killed.
+  // Per save, rank 0 writes 8 files: its shard (1), checkpoint_1_N's manifest (2), the 3 shards' copies for
+  // checkpoint_last (3-5) and its manifest (6), checkpoint_1_N.pt (7) and its copy to checkpoint_last.pt (8);
+  // ranks 1 and 2 write their shard (1). The second save is held at a known write (Note [Save pause]) and
+  // every rank killed.
   struct Point {
     int rank;
     int write;

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/core/error.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -96,10 +97,10 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
   const auto base = with(mnist_train_args(zero_sharding_data(), dir / "ck"),
                          {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--no-save"});
   const auto bad_mode = run_process(with(base, {"--zero-sharding", "os+grad"}), 60s);
-  CHECK(bad_mode.exit_code != 0);
+  CHECK(bad_mode.exit_code == hetseq::kExitUsage);
   CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'os+grad' is not one of none, os"));
   const auto bad_budget = run_process(with(base, {"--zero-sharding", "os", "--memory-budget", "-2"}), 60s);
-  CHECK(bad_budget.exit_code != 0);
+  CHECK(bad_budget.exit_code == hetseq::kExitUsage);
   CHECK_THAT(bad_budget.err, Catch::Contains("--memory-budget: -2 must be a positive number of GB"));
 
   // The ranks must agree on --zero-sharding (a compared flag).
@@ -111,8 +112,8 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
                              std::to_string(r), "--distributed-init-method", "file://" + (dir / "rendezvous")}));
   }
   const auto mismatch = run_processes(commands, 120s);
-  CHECK(mismatch[0].exit_code != 0);
-  CHECK(mismatch[1].exit_code != 0);
+  CHECK(mismatch[0].exit_code == hetseq::kExitInput);
+  CHECK(mismatch[1].exit_code == hetseq::kExitInput);
   CHECK_THAT(mismatch[0].err + mismatch[1].err, Catch::Contains("--zero-sharding"));
 }
 

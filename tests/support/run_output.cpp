@@ -21,6 +21,14 @@ std::vector<nlohmann::json> json_lines(const std::string& out, const std::string
   return rows;
 }
 
+std::string line_with(const std::string& output, const std::string& text) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(text) != std::string::npos) return line;
+  }
+  return "";
+}
+
 std::map<int64_t, double> losses_by_update(const std::string& out) {
   std::map<int64_t, double> m;
   for (const auto& row : json_lines(out, "train")) m[row["num_updates"].get<int64_t>()] = row["loss"].get<double>();

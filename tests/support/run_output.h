@@ -17,6 +17,9 @@ namespace hetseq::test {
 /// The JSON lines of a run's stdout whose `tag` is `tag` (`train`, `valid`, `train_epoch`).
 std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& tag);
 
+/// The first line of `output` (a run's stderr or stdout) that holds `text`, without its newline; "" when none does.
+std::string line_with(const std::string& output, const std::string& text);
+
 /// The training loss of every logged update (`train` lines), by update number.
 std::map<int64_t, double> losses_by_update(const std::string& out);
 
