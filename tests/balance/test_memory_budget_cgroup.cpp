@@ -40,7 +40,7 @@ double mem_available_mb() {
 
 }  // namespace
 
-TEST_CASE("--zero-sharding os without --memory-budget: a rank in a memory cgroup gets the room its group leaves as "
+TEST_CASE("The memory budget of --zero-sharding os without --memory-budget: a rank in a memory cgroup gets the room its group leaves as "
           "its budget, and the run trains",
           "[zero_shard][memory][multiprocess]") {
   const std::filesystem::path memory_root = "/sys/fs/cgroup/memory";

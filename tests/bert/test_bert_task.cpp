@@ -35,7 +35,7 @@ using hetseq::test::TempDir;
 
 namespace {
 
-const std::string kTinyConfig = hetseq::test::source_dir() + "/configs/bert-tiny.json";
+const std::string kTaskTinyConfig = hetseq::test::source_dir() + "/configs/bert-tiny.json";
 
 hetseq::FlagValues parse_command_line(std::vector<std::string> args) {
   cxxopts::Options options("hetseq-train", "bert task test");
@@ -80,8 +80,8 @@ TEST_CASE("the bert task is registered with HetSeq's flags", "[bert][task]") {
   }
   TinyData data;
   CHECK_THROWS_AS(make_task({"--data", data.dir.path()}), hetseq::UsageError);  // no --config_file
-  CHECK_THROWS_AS(make_task({"--config_file", kTinyConfig}), hetseq::UsageError);  // no --data
-  CHECK_THROWS_WITH(make_task({"--data", data.dir.path(), "--config_file", kTinyConfig, "--max_pred_length", "0"}),
+  CHECK_THROWS_AS(make_task({"--config_file", kTaskTinyConfig}), hetseq::UsageError);  // no --data
+  CHECK_THROWS_WITH(make_task({"--data", data.dir.path(), "--config_file", kTaskTinyConfig, "--max_pred_length", "0"}),
                     Catch::Contains("--max_pred_length"));
   CHECK_THROWS_WITH(make_task({"--data", data.dir.path(), "--config_file", data.dir / "none.json"}),
                     Catch::Contains("--config_file") && Catch::Contains("none.json"));
@@ -94,7 +94,7 @@ TEST_CASE("bert: --dict is checked against the config's vocab_size", "[bert][tas
     for (int64_t i = 0; i < n; ++i) out << "tok" << i << "\n";
     return data.dir / "vocab.txt";
   };
-  const std::vector<std::string> base{"--data", data.dir.path(), "--config_file", kTinyConfig, "--dict"};
+  const std::vector<std::string> base{"--data", data.dir.path(), "--config_file", kTaskTinyConfig, "--dict"};
   auto with = [&](const std::string& dict) {
     auto args = base;
     args.push_back(dict);
@@ -122,7 +122,7 @@ TEST_CASE("bert: --dict is checked against the config's vocab_size", "[bert][tas
 
 TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP summed over sequences", "[bert][task]") {
   TinyData data;
-  auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
+  auto task = make_task({"--data", data.dir.path(), "--config_file", kTaskTinyConfig});
   torch::manual_seed(1);
   auto model = task->build_model();
   model->eval();
@@ -182,7 +182,7 @@ TEST_CASE("bert: the loss is the per-sequence MLM mean plus NSP summed over sequ
 
 TEST_CASE("bert: under bf16 and fp16 autocast the losses stay float32 and near the fp32 ones", "[bert][task][precision]") {
   TinyData data;
-  auto task = make_task({"--data", data.dir.path(), "--config_file", kTinyConfig});
+  auto task = make_task({"--data", data.dir.path(), "--config_file", kTaskTinyConfig});
   torch::manual_seed(4);
   auto model = task->build_model();
   model->eval();  // no dropout: the three passes see the same network
@@ -278,8 +278,8 @@ TEST_CASE("BERT batches padded to one shape train as the unpadded ones", "[bert]
   auto options = [&](bool static_shapes) {
     hetseq::bert::BertTaskOptions o;
     o.data = data.dir.path();
-    o.config_file = kTinyConfig;
-    o.config = hetseq::bert::read_bert_config(kTinyConfig);
+    o.config_file = kTaskTinyConfig;
+    o.config = hetseq::bert::read_bert_config(kTaskTinyConfig);
     o.max_pred_length = 4;
     o.static_shapes = static_shapes;
     return o;
