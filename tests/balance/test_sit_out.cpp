@@ -86,7 +86,7 @@ void check_losses_follow(const std::vector<nlohmann::json>& one, const std::vect
 }  // namespace
 
 TEST_CASE("Sitting out: a rank whose fixed cost outweighs its samples gets none, says why, and the weights follow "
-          "one process; a resume keeps its zero share",
+          "one process, and a resume keeps its zero share",
           "[balance][multiprocess][sit-out]") {
   TempDir dir;
   write_random_mnist(dir.path(), 200, 10);

@@ -84,6 +84,9 @@ class TwoHosts {
 
 }  // namespace
 
+// Node 0's store in the namespaces each test makes afresh.
+const char* const kTwoNodesInit = "tcp://10.77.0.1:29500";
+
 TEST_CASE("two nodes in two network namespaces train together over tcp://", "[distributed][multiprocess][netns]") {
   TwoHosts hosts;
   TempDir dir;
@@ -95,12 +98,11 @@ TEST_CASE("two nodes in two network namespaces train together over tcp://", "[di
                            "--distributed-world-size", "2", "--distributed-gpus", "1", "--distributed-rank",
                            std::to_string(rank), "--distributed-init-method", init, "--distributed-timeout", "60"});
   };
-  Process node0(node_args(0, "tcp://10.77.0.1:0", "64"));
-  REQUIRE(node0.wait_for_err("listening on 10.77.0.1:", 60s));
-  std::smatch m;
-  const std::string err = node0.err_so_far();
-  REQUIRE(std::regex_search(err, m, std::regex("listening on 10\\.77\\.0\\.1:([0-9]+)")));
-  Process node1(node_args(1, "tcp://10.77.0.1:" + m[1].str(), "32"));
+  // A fixed port: nothing else listens in the namespaces this test made, and port 0 is refused where another
+  // command's rank must join (Note [Port 0]).
+  Process node0(node_args(0, kTwoNodesInit, "64"));
+  REQUIRE(node0.wait_for_err("listening on 10.77.0.1:29500", 60s));
+  Process node1(node_args(1, kTwoNodesInit, "32"));
   const auto r0 = node0.wait(300s);
   const auto r1 = node1.wait(300s);
   INFO("node 0:\n" << r0.err << "\nnode 1:\n" << r1.err);
@@ -130,12 +132,11 @@ TEST_CASE("two nodes joined by a link shaped to 1 Gbit/s train with the fp16 com
   for (const std::string hook : {"none", "fp16"}) {
     CAPTURE(hook);
     const int64_t before = hosts.tx_bytes(0) + hosts.tx_bytes(1);
-    Process node0(node_args(0, "tcp://10.77.0.1:0", hook));
-    REQUIRE(node0.wait_for_err("listening on 10.77.0.1:", 60s));
-    std::smatch m;
-    const std::string err = node0.err_so_far();
-    REQUIRE(std::regex_search(err, m, std::regex("listening on 10\\.77\\.0\\.1:([0-9]+)")));
-    Process node1(node_args(1, "tcp://10.77.0.1:" + m[1].str(), hook));
+    // A port of its own for each run: the last run's store may still hold its port in TIME_WAIT.
+    const std::string port = hook == "none" ? "29501" : "29502";
+    Process node0(node_args(0, "tcp://10.77.0.1:" + port, hook));
+    REQUIRE(node0.wait_for_err("listening on 10.77.0.1:" + port, 60s));
+    Process node1(node_args(1, "tcp://10.77.0.1:" + port, hook));
     const auto r0 = node0.wait(300s);
     const auto r1 = node1.wait(300s);
     INFO("node 0:\n" << r0.err << "\nnode 1:\n" << r1.err);
