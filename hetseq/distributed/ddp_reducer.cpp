@@ -376,11 +376,14 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // model, one comm hook, all devices CPU or the flag is an error), so the collectives below run on all or none.
   const bool all_cpu = std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
   const auto shm_mode = options_.shared_memory;
-  if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu) {
-    throw UsageError(fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
+  const auto off_cpu = std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  const std::string off_cpu_error =
+      all_cpu ? "" : fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
                                  "use auto or off",
-                                 rank_, params_.front().device().str()));
-  }
+                                 rank_, off_cpu->device().str());
+  // With peers the check is collective (below), so that a CPU rank beside a GPU rank gets the usage error too, not
+  // a lost peer in the segment's collectives.
+  if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu && world_size_ == 1) throw UsageError(off_cpu_error);
   // Note [Shared memory and --debug-collectives]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // --debug-collectives promises that every collective is checked across the ranks (operation, sizes, dtypes)
@@ -423,7 +426,10 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     // parameters, and up to 63 bytes of alignment per bucket (a bucket has a parameter at least).
     const size_t in_place = total + 64 * params_.size();
     if (shm_mode == SharedMemoryReduceMode::kOn) {
-      shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout, in_place);
+      std::string why;
+      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why, nullptr,
+                                            in_place);
+      if (!shm_) throw UsageError(all_cpu ? fmt::format("--shared-memory-reduce on: {}", why) : off_cpu_error);
     } else {
       std::string why;
       bool segment_failed = false;
