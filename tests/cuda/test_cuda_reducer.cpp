@@ -1,7 +1,8 @@
 // The DistributedReducer with CUDA gradients (level 1, see support/rank_threads.h): --find-unused-parameters on
 // ranks as threads whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
 // "find_unused_parameters: parameters unused on some or all ranks" in tests/distributed/test_ddp_reducer.cpp),
-// NCCL at world size 1, and --shared-memory-reduce with CUDA parameters. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h).
+// NCCL at world size 1, and --shared-memory-reduce with CUDA parameters. Skipped, visibly, where no CUDA device
+// is (see cuda/cuda_skip.h).
 #include <chrono>
 #include <map>
 #include <memory>

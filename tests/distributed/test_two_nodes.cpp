@@ -129,12 +129,14 @@ TEST_CASE("two nodes with --shared-memory-reduce on: a usage error on both, nami
                            "--distributed-rank", std::to_string(rank), "--distributed-init-method", init,
                            "--distributed-timeout", "30"});
   };
-  Process node0(node_args(0, "tcp://10.77.0.1:0"));
-  REQUIRE(node0.wait_for_err("listening on 10.77.0.1:", 60s));
-  std::smatch m;
-  const std::string err = node0.err_so_far();
-  REQUIRE(std::regex_search(err, m, std::regex("listening on 10\\.77\\.0\\.1:([0-9]+)")));
-  Process node1(node_args(1, "tcp://10.77.0.1:" + m[1].str()));
+  // A fixed port: a node that starts one rank of several cannot pick one (port 0), and in a network namespace
+  // made for this test nothing else can hold it.
+  const std::string init = "tcp://10.77.0.1:29500";
+  Process node0(node_args(0, init));
+  const bool listening = node0.wait_for_err("listening on 10.77.0.1:29500", 60s);
+  INFO(node0.err_so_far());
+  REQUIRE(listening);
+  Process node1(node_args(1, init));
   const auto r0 = node0.wait(120s);
   const auto r1 = node1.wait(120s);
   for (const auto* r : {&r0, &r1}) {
