@@ -10,7 +10,6 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "support/mnist_files.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -118,11 +117,8 @@ TEST_CASE("two nodes in two network namespaces train together over tcp://", "[di
 TEST_CASE("two nodes with --shared-memory-reduce on: a usage error on both, naming the flag and the rank elsewhere",
           "[distributed][multiprocess][netns][shm]") {
   TwoHosts hosts;
-  TempDir dir;
-  std::filesystem::create_directories(dir / "data");
-  write_random_mnist(dir / "data", 32, 8, 3);
   auto node_args = [&](int rank, const std::string& init) {
-    return hosts.on(rank, {binary_path("hetseq-train"), "--task", "mnist", "--data", dir / "data", "--cpu",
+    return hosts.on(rank, {binary_path("hetseq-train"), "--task", "mnist", "--cpu",
                            "--max-sentences", "8", "--max-update", "1", "--disable-validation", "--no-save",
                            "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar",
                            "--shared-memory-reduce", "on", "--distributed-world-size", "2", "--distributed-gpus", "1",
