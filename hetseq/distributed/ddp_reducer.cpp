@@ -376,7 +376,8 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // model, one comm hook, all devices CPU or the flag is an error), so the collectives below run on all or none.
   const bool all_cpu = std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
   const auto shm_mode = options_.shared_memory;
-  const auto off_cpu = std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  const auto off_cpu =
+      std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
   const std::string off_cpu_error =
       all_cpu ? "" : fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
                                  "use auto or off",

@@ -157,7 +157,7 @@ TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets le
 }
 
 TEST_CASE("CUDA: --shared-memory-reduce on with CUDA parameters is a usage error on every rank, a CPU rank beside "
-          "them included; auto leaves the buckets on the group",
+          "them included, and auto leaves the buckets on the group",
           "[cuda][ddp][shm]") {
   if (!cuda_or_skip()) return;
   const torch::Device gpu(torch::kCUDA, 0);

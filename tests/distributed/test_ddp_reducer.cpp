@@ -270,7 +270,7 @@ TORCH_MODULE(HeadFirstNet);
 }  // namespace
 
 TEST_CASE("The reducer's path: through shared memory no float allreduce reaches the group and the gradients live "
-          "in the segment, also after the rebuild at update 2; through the group the reverse",
+          "in the segment, also after the rebuild at update 2, and through the group the reverse",
           "[ddp][shm]") {
   OneIntraOpThread one_thread;
   constexpr int kWorld = 2;

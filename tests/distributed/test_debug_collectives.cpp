@@ -87,7 +87,7 @@ TEST_CASE("with --debug-collectives, ranks that reach different collectives fail
 }
 
 TEST_CASE("with --debug-collectives the gradient buckets go through the checked group, never around it through "
-          "shared memory; --shared-memory-reduce on is a usage error naming both flags",
+          "shared memory, and --shared-memory-reduce on is a usage error naming both flags",
           "[distributed][debug-collectives][shm]") {
   SECTION("auto: every bucket is an allreduce that the checks passed on to the backend") {
     std::vector<std::vector<int64_t>> checked_allreduces(2), buckets(2);  // [rank][update]
