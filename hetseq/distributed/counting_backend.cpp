@@ -1,5 +1,7 @@
 #include "hetseq/distributed/counting_backend.h"
 
+#include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
+
 namespace hetseq {
 
 CountingBackend::CountingBackend(c10::intrusive_ptr<c10d::Backend> inner)
@@ -141,7 +143,10 @@ void CountingBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
 CountingBackend* counting_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
   if (!group->hasBackends()) return nullptr;
   try {
-    return dynamic_cast<CountingBackend*>(group->getBackend(c10::DeviceType::CPU).get());
+    c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(c10::DeviceType::CPU);
+    // With --debug-collectives the counter sits under the checks: it counts what they pass on.
+    if (auto* checked = dynamic_cast<c10d::ProcessGroupWrapper*>(backend.get())) backend = checked->getWrappedPg();
+    return dynamic_cast<CountingBackend*>(backend.get());
   } catch (const c10::Error&) {
     return nullptr;  // no CPU backend (an NCCL-only group)
   }

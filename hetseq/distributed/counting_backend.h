@@ -91,8 +91,8 @@ class CountingBackend : public c10d::Backend {
   std::vector<CollectiveRecord> records_;
 };
 
-/// The counting backend in front of `group`'s CPU backend, or nullptr when the group was made without
-/// ProcessGroupOptions::count_collectives.
+/// The counting backend in front of `group`'s CPU backend (under the --debug-collectives checks, where the group
+/// has them), or nullptr when the group was made without ProcessGroupOptions::count_collectives.
 CountingBackend* counting_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
 
 }  // namespace hetseq

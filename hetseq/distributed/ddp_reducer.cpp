@@ -19,6 +19,7 @@
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/distributed/powersgd.h"
+#include "hetseq/distributed/process_group.h"
 #include "hetseq/observe/tracer.h"
 
 namespace hetseq {
@@ -375,15 +376,38 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // model, one comm hook, all devices CPU or the flag is an error), so the collectives below run on all or none.
   const bool all_cpu = std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
   const auto shm_mode = options_.shared_memory;
-  if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu) {
-    throw UsageError(fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
+  const auto off_cpu =
+      std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  const std::string off_cpu_error =
+      all_cpu ? "" : fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
                                  "use auto or off",
-                                 rank_, params_.front().device().str()));
+                                 rank_, off_cpu->device().str());
+  // With peers the check is collective (below), so that a CPU rank beside a GPU rank gets the usage error too, not
+  // a lost peer in the segment's collectives.
+  if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu && world_size_ == 1) throw UsageError(off_cpu_error);
+  // Note [Shared memory and --debug-collectives]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // --debug-collectives promises that every collective is checked across the ranks (operation, sizes, dtypes)
+  // before it runs; its checks live in the process group (c10d's ProcessGroupWrapper). Buckets summed through
+  // shared memory never reach the group, so no check would see them: ranks whose bucket lists differ would go
+  // unnoticed exactly where the flag is meant to catch them. So a checked group keeps the buckets: with auto the
+  // reducer takes the process group and says why once (rank 0); on, which asks for what cannot be checked, is a
+  // usage error naming both flags. The same on every rank, since the group is checked on all or none.
+  const bool checked = checks_collectives(group_);
+  if (checked && shm_mode == SharedMemoryReduceMode::kOn) {
+    throw UsageError("--shared-memory-reduce on cannot be combined with --debug-collectives: gradient buckets summed "
+                     "through shared memory bypass the checks of every collective; pass --shared-memory-reduce auto "
+                     "or off with --debug-collectives, or leave --debug-collectives out");
+  }
+  const bool wanted = world_size_ > 1 && (shm_mode == SharedMemoryReduceMode::kOn ||
+                                          (shm_mode == SharedMemoryReduceMode::kAuto &&
+                                           options_.comm_hook == CommHook::kNone));
+  if (wanted && checked && rank_ == 0) {
+    log::info("[reducer] --debug-collectives: the gradient buckets go through the process group, where they are "
+              "checked, not through shared memory (--shared-memory-reduce auto)");
   }
   // A world of one (a torchrun job shrunk to one node) has nothing to sum.
-  const bool try_shm = world_size_ > 1 && (shm_mode == SharedMemoryReduceMode::kOn ||
-                                           (shm_mode == SharedMemoryReduceMode::kAuto &&
-                                            options_.comm_hook == CommHook::kNone));
+  const bool try_shm = wanted && !checked;
   if (try_shm) {
     // Slots hold the largest bucket there can be: one of these, or a rebuilt one (at most the cap plus the
     // tensor that crossed it), never more than all parameters.
@@ -403,7 +427,10 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     // parameters, and up to 63 bytes of alignment per bucket (a bucket has a parameter at least).
     const size_t in_place = total + 64 * params_.size();
     if (shm_mode == SharedMemoryReduceMode::kOn) {
-      shm_ = std::make_shared<SharedMemoryReduce>(*group_, bound, options_.shared_memory_timeout, in_place);
+      std::string why;
+      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why, nullptr,
+                                            in_place);
+      if (!shm_) throw UsageError(all_cpu ? fmt::format("--shared-memory-reduce on: {}", why) : off_cpu_error);
     } else {
       std::string why;
       bool segment_failed = false;
@@ -555,6 +582,12 @@ void DistributedReducer::set_members(const std::vector<int64_t>& members,
   update_group_ = group ? std::move(group) : group_;
   hook_->set_group(update_group_);
   if (shm_) shm_->set_members(std::vector<int>(members.begin(), members.end()));
+}
+
+bool DistributedReducer::gradients_in_shared_memory() const {
+  if (!shm_) return false;
+  return std::all_of(params_.begin(), params_.end(),
+                     [&](const torch::Tensor& p) { return p.grad().defined() && shm_->holds(p.grad().data_ptr()); });
 }
 
 std::vector<int64_t> DistributedReducer::bucket_sizes() const { return logger_->get_bucket_sizes(); }

@@ -66,6 +66,10 @@ class DistributedReducer final : public GradientReducer {
   /// PowerSgd::load_state with --ddp-comm-hook powersgd (logged when the checkpoint has no state for
   /// it); false otherwise.
   bool load_comm_hook_state(const std::optional<PowerSgdState>& state, const std::string& source) override;
+  /// Whether every parameter's gradient lives in the reducer's shared-memory segment, where backward writes it
+  /// and the sum is made in place (Note [Buckets in shared memory]); false without one, or for a gradient in
+  /// memory of its own. For tests and benchmarks, after an update.
+  bool gradients_in_shared_memory() const;
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
 

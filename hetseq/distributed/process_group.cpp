@@ -141,4 +141,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
   throw UsageError(fmt::format("--distributed-backend: '{}' is not one of gloo, nccl", options.backend));
 }
 
+bool checks_collectives(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  if (!group->hasBackends()) return false;
+  try {
+    return dynamic_cast<c10d::ProcessGroupWrapper*>(group->getBackend(c10::DeviceType::CPU).get()) != nullptr;
+  } catch (const c10::Error&) {
+    return false;  // no CPU backend (an NCCL-only group): its buckets never go through shared memory
+  }
+}
+
 }  // namespace hetseq

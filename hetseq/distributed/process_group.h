@@ -19,7 +19,8 @@ struct ProcessGroupOptions {
   /// --debug-collectives: every collective is first checked across the ranks (operation, tensor sizes,
   /// dtypes, devices) by c10d's ProcessGroupWrapper over a second Gloo group, so that ranks that reach
   /// different collectives fail with an error naming the rank and the operation instead of hanging or
-  /// reducing mismatched buffers. Costs a small allgather and a barrier per collective.
+  /// reducing mismatched buffers. Costs a small allgather and a barrier per collective. The reducer's gradient
+  /// buckets then stay on the group, never in shared memory (checks_collectives).
   bool debug_collectives = false;
   /// Puts a CountingBackend in front of the group's Gloo or NCCL backend (under the --debug-collectives
   /// wrapper, whose checks run over a group of their own), so that tests and benchmarks can count the
@@ -38,5 +39,11 @@ void flight_recorder_off_by_default();
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                           int64_t world_size, const ProcessGroupOptions& options);
+
+/// Whether `group`'s CPU collectives are checked across the ranks first (made with
+/// ProcessGroupOptions::debug_collectives): the DistributedReducer then keeps its gradient buckets on the
+/// group rather than in shared memory, where no check would see them (Note [Shared memory and
+/// --debug-collectives], ddp_reducer.cpp).
+bool checks_collectives(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
 
 }  // namespace hetseq

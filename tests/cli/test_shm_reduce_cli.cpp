@@ -27,6 +27,25 @@ ProcessResult train_two_ranks(const TempDir& data, const std::string& save_dir, 
   return run_process(args, 300s);
 }
 
+// Note [A full /dev/shm in a test]
+// The segment's failure is made real rather than simulated: the run goes into a mount namespace of its own
+// (unshare(1); it needs root, as the [netns] tests' `ip netns` does) where /dev/shm is a fresh tmpfs of 1 MiB,
+// so rank 0's posix_fallocate of the segment (about 3 x 4.8 MB of MNIST gradients per rank) fails with ENOSPC,
+// as on a machine whose /dev/shm is full or too small for the model. The launcher's workers inherit the
+// namespace, so every rank sees the same small /dev/shm, and the host's is untouched.
+ProcessResult train_two_ranks_small_dev_shm(const TempDir& data, const std::string& save_dir,
+                                            const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                                "mount -t tmpfs -o size=1m hetseq-test-shm /dev/shm && exec \"$0\" \"$@\"",
+                                binary_path("hetseq-train"), "--task", "mnist", "--data", data.path(), "--cpu",
+                                "--distributed-gpus", "2", "--max-sentences", "16", "--max-update", "2",
+                                "--optimizer", "sgd", "--lr", "0.01", "--seed", "5", "--disable-validation",
+                                "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar",
+                                "--log-format", "json", "--log-interval", "1", "--save-dir", save_dir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_process(args, 120s);
+}
+
 }  // namespace
 
 TEST_CASE("shared-memory reduction, two ranks of one node: they train bit for bit as over the process group",
@@ -51,8 +70,8 @@ TEST_CASE("shared-memory reduction, two ranks of one node: they train bit for bi
                             hetseq::load_checkpoint(dir / "off/checkpoint_last.pt"));
 }
 
-TEST_CASE("shared-memory reduction: --shared-memory-reduce on with a compressing comm hook, or an unknown value, is a "
-          "usage error naming the flag",
+TEST_CASE("shared-memory reduction: --shared-memory-reduce on with a compressing comm hook or --debug-collectives, or "
+          "an unknown value, is a usage error naming the flags",
           "[cli][shm]") {
   TempDir data;
   write_random_mnist(data.path(), 64, 8, 3);
@@ -64,4 +83,35 @@ TEST_CASE("shared-memory reduction: --shared-memory-reduce on with a compressing
   const auto value = train_two_ranks(data, dir / "b", {"--shared-memory-reduce", "yes"});
   CHECK(value.exit_code == hetseq::kExitUsage);
   CHECK_THAT(value.err, Contains("--shared-memory-reduce: 'yes' is not one of auto, on, off"));
+  // Buckets through shared memory would go around every check: Note [Shared memory and --debug-collectives].
+  const auto checked = train_two_ranks(data, dir / "c", {"--shared-memory-reduce", "on", "--debug-collectives"});
+  CHECK(checked.exit_code == hetseq::kExitUsage);
+  CHECK_THAT(checked.err, Contains("--shared-memory-reduce on cannot be combined with --debug-collectives: gradient "
+                                   "buckets summed through shared memory bypass the checks of every collective"));
+}
+
+TEST_CASE("shared-memory reduction with no room in /dev/shm: auto warns and trains over the process group, on is a "
+          "usage error naming the flag",
+          "[cli][shm][multiprocess][netns]") {
+  TempDir data;
+  write_random_mnist(data.path(), 64, 8, 3);
+  TempDir dir;
+  // Note [A full /dev/shm in a test]
+  const auto automatic = train_two_ranks_small_dev_shm(data, dir / "auto", {});
+  INFO(automatic.err);
+  REQUIRE(automatic.exit_code == 0);
+  CHECK_THAT(automatic.err,
+             Contains("[reducer] rank 0: the ranks of this machine cannot sum their gradients through shared memory "
+                      "(rank 0 cannot reserve ") &&
+                 Contains("in /dev/shm (/hetseq-reduce-") && Contains("No space left on device") &&
+                 Contains("they go through the process group instead, which is slower. Make room in /dev/shm, or pass "
+                          "--shared-memory-reduce off to choose that"));
+  CHECK_THAT(automatic.err, !Contains("all on this machine, sum their gradients through shared memory"));
+  CHECK(losses_by_update(automatic.out).size() == 2);
+
+  const auto on = train_two_ranks_small_dev_shm(data, dir / "on", {"--shared-memory-reduce", "on"});
+  INFO(on.err);
+  CHECK(on.exit_code == hetseq::kExitUsage);
+  CHECK_THAT(on.err, Contains("error: --shared-memory-reduce on: rank 0 cannot reserve ") &&
+                         Contains("No space left on device; free /dev/shm or use --shared-memory-reduce off"));
 }

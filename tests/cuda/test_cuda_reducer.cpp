@@ -1,7 +1,8 @@
 // The DistributedReducer with CUDA gradients (level 1, see support/rank_threads.h): --find-unused-parameters on
 // ranks as threads whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
 // "find_unused_parameters: parameters unused on some or all ranks" in tests/distributed/test_ddp_reducer.cpp),
-// and NCCL at world size 1. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h).
+// NCCL at world size 1, and --shared-memory-reduce with CUDA parameters. Skipped, visibly, where no CUDA device
+// is (see cuda/cuda_skip.h).
 #include <chrono>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "cuda/cuda_skip.h"
+#include "hetseq/core/error.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/process_group.h"
 #include "support/rank_threads.h"
@@ -152,4 +154,52 @@ TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets le
     CHECK(params[i].grad().device() == gpu);
     CHECK(torch::equal(params[i].grad().cpu(), local[i]));
   }
+}
+
+TEST_CASE("CUDA: --shared-memory-reduce on with CUDA parameters is a usage error on every rank, a CPU rank beside "
+          "them included, and auto leaves the buckets on the group",
+          "[cuda][ddp][shm]") {
+  if (!cuda_or_skip()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  // [rank] whether its model is on the GPU: both, or a CPU rank 0 beside a GPU rank 1 (a heterogeneous world).
+  const bool both_on_gpu = GENERATE(true, false);
+  CAPTURE(both_on_gpu);
+  auto on_gpu = [&](int rank) { return both_on_gpu || rank == 1; };
+  auto model_of = [&](int rank) {
+    torch::manual_seed(5);
+    torch::nn::Linear model(4, 3);
+    if (on_gpu(rank)) model->to(gpu);
+    return model;
+  };
+  const auto errors = hetseq::test::run_ranks_collect(2, [&](int rank, const Group& group) {
+    torch::nn::Linear model = model_of(rank);
+    DdpOptions options;
+    options.shared_memory = hetseq::SharedMemoryReduceMode::kOn;
+    DistributedReducer reducer(*model, group, options);
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    REQUIRE(errors[static_cast<size_t>(r)]);
+    const std::string message = hetseq::test::message_of(errors[static_cast<size_t>(r)]);
+    INFO(message);
+    CHECK(hetseq::test::is_a<hetseq::UsageError>(errors[static_cast<size_t>(r)]));
+    if (on_gpu(r)) {
+      CHECK_THAT(message, Catch::Contains("--shared-memory-reduce on: rank " + std::to_string(r) +
+                                          " has parameters on cuda:0; it sums CPU gradients only: use auto or off"));
+    } else {
+      CHECK_THAT(message, Catch::Contains("--shared-memory-reduce on: rank 1 runs on another machine than rank 0") &&
+                              Catch::Contains("has its parameters off the CPU"));
+    }
+  }
+  std::vector<int> in_segment(2, -1);
+  run_ranks(2, [&](int rank, const Group& group) {
+    torch::nn::Linear model = model_of(rank);
+    DistributedReducer reducer(*model, group, DdpOptions{});  // auto
+    torch::Tensor loss = model->forward(torch::ones({2, 4}, model->weight.options())).sum();
+    reducer.before_backward(0, 1, loss);
+    loss.backward();
+    reducer.finish_update();
+    in_segment[static_cast<size_t>(rank)] = reducer.gradients_in_shared_memory() ? 1 : 0;
+  });
+  CHECK(in_segment == std::vector<int>{0, 0});
 }

@@ -8,12 +8,14 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
+#include "hetseq/distributed/counting_backend.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/group_channel.h"
 #include "support/tensor_lists.h"
@@ -23,6 +25,7 @@ using hetseq::DdpOptions;
 using hetseq::DistributedReducer;
 using hetseq::GroupChannel;
 using hetseq::LogSums;
+using hetseq::SharedMemoryReduceMode;
 
 namespace {
 
@@ -164,6 +167,9 @@ TEST_CASE("Bucket caps from below one parameter to above the model give the orac
   for (int r = 0; r < kWorld; ++r) batches.push_back(reducer_batch(500 + r, batch_sizes[r]));
   const auto oracle = oracle_grads(7, batches);
 
+  // Both ways a bucket can go: through shared memory (the ranks are threads of one machine) and the process group.
+  const auto path = GENERATE(SharedMemoryReduceMode::kOn, SharedMemoryReduceMode::kOff);
+  CAPTURE(path == SharedMemoryReduceMode::kOn ? "shared memory" : "process group");
   for (double cap_mb : {1e-6, 0.0005, 0.002, 25.0, 100.0}) {
     CAPTURE(cap_mb);
     std::vector<torch::nn::Sequential> models;
@@ -174,6 +180,7 @@ TEST_CASE("Bucket caps from below one parameter to above the model give the orac
       auto& mlp = models[rank];
       DdpOptions options;
       options.bucket_cap_mb = cap_mb;
+      options.shared_memory = path;
       DistributedReducer reducer(*mlp, group, options);
       for (int update = 0; update < 3; ++update) {
         clear_grads(*mlp);
@@ -216,12 +223,15 @@ TEST_CASE("Gradient accumulation reduces once, at the last micro-batch, the sum 
 
   std::vector<torch::nn::Sequential> models;
   for (int r = 0; r < kWorld; ++r) models.push_back(make_mlp(r == 0 ? 7 : 80 + r));
+  const auto path = GENERATE(SharedMemoryReduceMode::kOn, SharedMemoryReduceMode::kOff);
+  CAPTURE(path == SharedMemoryReduceMode::kOn ? "shared memory" : "process group");
   std::vector<std::vector<torch::Tensor>> before_last(kWorld), reduced(kWorld);
   std::vector<int64_t> launched(kWorld);
   run_ranks(kWorld, [&](int rank, const Group& group) {
     auto& mlp = models[rank];
     DdpOptions options;
     options.bucket_cap_mb = 0.001;
+    options.shared_memory = path;
     DistributedReducer reducer(*mlp, group, options);
     clear_grads(*mlp);
     for (int k = 0; k < kCount; ++k) {
@@ -240,6 +250,85 @@ TEST_CASE("Gradient accumulation reduces once, at the last micro-batch, the sum 
     CHECK(max_rel_diff(before_last[r], local_oracle[r]) < 1e-12);
     CHECK(max_rel_diff(reduced[r], oracle) < 1e-12);
     CHECK(launched[r] >= 2);
+  }
+}
+
+namespace {
+
+// The output layer registered before the hidden one: backward's gradients arrive in another order than the
+// first bucket layout's (the reverse of registration), so that the rebuild at update 2 cuts other buckets.
+struct HeadFirstNetImpl : torch::nn::Module {
+  HeadFirstNetImpl() {
+    head = register_module("head", torch::nn::Linear(32, 4));
+    body = register_module("body", torch::nn::Linear(6, 32));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head->forward(torch::tanh(body->forward(x))); }
+  torch::nn::Linear head{nullptr}, body{nullptr};
+};
+TORCH_MODULE(HeadFirstNet);
+
+}  // namespace
+
+TEST_CASE("The reducer's path: through shared memory no float allreduce reaches the group and the gradients live "
+          "in the segment, also after the rebuild at update 2, and through the group the reverse",
+          "[ddp][shm]") {
+  OneIntraOpThread one_thread;
+  constexpr int kWorld = 2;
+  constexpr int kUpdates = 3;
+  const auto path = GENERATE(SharedMemoryReduceMode::kOn, SharedMemoryReduceMode::kOff);
+  const bool shm = path == SharedMemoryReduceMode::kOn;
+  CAPTURE(shm ? "shared memory" : "process group");
+  std::vector<std::vector<int64_t>> float_allreduces(kWorld);  // [rank][update] float allreduces asked of the group
+  std::vector<std::vector<int>> in_segment(kWorld);            // [rank][update] gradients_in_shared_memory()
+  std::vector<std::vector<int64_t>> buckets(kWorld);           // [rank][update] buckets reduced
+  std::vector<std::vector<std::vector<int64_t>>> layouts(kWorld);  // [rank][update] bucket sizes after it
+  run_ranks(kWorld, [&](int rank, const Group& group) {
+    torch::manual_seed(3);
+    HeadFirstNet mlp;
+    DdpOptions options;
+    options.bucket_cap_mb = 0.0005;  // two buckets, rebuilt in gradient order at update 2: [896, 528] -> [528, 896]
+    options.shared_memory = path;
+    DistributedReducer reducer(*mlp, group, options);
+    hetseq::CountingBackend* counter = hetseq::counting_backend(group);
+    if (!counter) throw std::runtime_error("the rank threads' group has no counting backend");
+    auto float_allreduces_so_far = [&] {
+      int64_t n = 0;
+      for (const auto& r : counter->records()) n += r.op == "allreduce" && c10::isFloatingType(r.dtype);
+      return n;
+    };
+    torch::manual_seed(10 + rank);
+    const torch::Tensor x = torch::randn({3 + rank, 6}), y = torch::randn({3 + rank, 4});
+    for (int update = 0; update < kUpdates; ++update) {
+      const int64_t before = float_allreduces_so_far();
+      for (auto& p : mlp->parameters()) {
+        if (p.grad().defined()) p.mutable_grad().zero_();  // in place, as the Controller does: the views stay
+      }
+      torch::Tensor loss = (mlp->forward(x) - y).pow(2).sum();
+      reducer.before_backward(0, 1, loss);
+      loss.backward();
+      reducer.finish_update();
+      float_allreduces[rank].push_back(float_allreduces_so_far() - before);
+      in_segment[rank].push_back(reducer.gradients_in_shared_memory() ? 1 : 0);
+      buckets[rank].push_back(reducer.last_timing().buckets);
+      layouts[rank].push_back(reducer.bucket_sizes());
+    }
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    CAPTURE(r);
+    // The rebuild really cut new buckets (Note [Bucketed reduction]), which take new places in the segment.
+    CHECK(layouts[r][0] == std::vector<int64_t>{896, 528});
+    CHECK(layouts[r][1] == std::vector<int64_t>{528, 896});
+    for (int update = 0; update < kUpdates; ++update) {
+      CAPTURE(update);
+      CHECK(buckets[r][update] == 2);
+      if (shm) {
+        CHECK(float_allreduces[r][update] == 0);
+        CHECK(in_segment[r][update] == 1);
+      } else {
+        CHECK(float_allreduces[r][update] == buckets[r][update]);  // one allreduce a bucket
+        CHECK(in_segment[r][update] == 0);
+      }
+    }
   }
 }
 
@@ -269,6 +358,8 @@ TEST_CASE("find_unused_parameters: parameters unused on some or all ranks", "[dd
   const std::vector<std::vector<bool>> uses_b{{false, true, true}, {false, false, true}, {false, false, false}};
   const torch::Tensor x = torch::arange(8, torch::kFloat32).reshape({2, 4}) / 8;
 
+  const auto path = GENERATE(SharedMemoryReduceMode::kOn, SharedMemoryReduceMode::kOff);
+  CAPTURE(path == SharedMemoryReduceMode::kOn ? "shared memory" : "process group");
   for (double cap_mb : {1e-6, 25.0}) {
     CAPTURE(cap_mb);
     std::vector<std::shared_ptr<Branchy>> models;
@@ -283,6 +374,7 @@ TEST_CASE("find_unused_parameters: parameters unused on some or all ranks", "[dd
       DdpOptions options;
       options.bucket_cap_mb = cap_mb;
       options.find_unused_parameters = true;
+      options.shared_memory = path;
       DistributedReducer reducer(model, group, options);
       for (size_t update = 0; update < uses_b.size(); ++update) {
         clear_grads(model);

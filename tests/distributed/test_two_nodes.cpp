@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "support/subprocess.h"
 
@@ -109,8 +110,40 @@ TEST_CASE("two nodes in two network namespaces train together over tcp://", "[di
   REQUIRE(r0.exit_code == 0);
   REQUIRE(r1.exit_code == 0);
   CHECK_THAT(r0.err, Catch::Contains("rank 1 on") && Catch::Contains("batch size 32"));
+  // Two nodes share no memory: --shared-memory-reduce auto left the buckets on Gloo.
+  CHECK_THAT(r0.err, !Catch::Contains("all on this machine, sum their gradients through shared memory"));
   CHECK_THAT(r0.out, Catch::Contains("\"tag\":\"valid\""));
   CHECK(std::filesystem::exists(dir / "save/checkpoint_last.pt"));
+}
+
+TEST_CASE("two nodes with --shared-memory-reduce on: a usage error on both, naming the flag and the rank elsewhere",
+          "[distributed][multiprocess][netns][shm]") {
+  TwoHosts hosts;
+  auto node_args = [&](int rank, const std::string& init) {
+    return hosts.on(rank, {binary_path("hetseq-train"), "--task", "mnist", "--cpu",
+                           "--max-sentences", "8", "--max-update", "1", "--disable-validation", "--no-save",
+                           "--num-workers", "0", "--intra-op-threads", "1", "--no-progress-bar",
+                           "--shared-memory-reduce", "on", "--distributed-world-size", "2", "--distributed-gpus", "1",
+                           "--distributed-rank", std::to_string(rank), "--distributed-init-method", init,
+                           "--distributed-timeout", "30"});
+  };
+  // A fixed port: a node that starts one rank of several cannot pick one (port 0), and in a network namespace
+  // made for this test nothing else can hold it.
+  const std::string init = "tcp://10.77.0.1:29500";
+  Process node0(node_args(0, init));
+  const bool listening = node0.wait_for_err("listening on 10.77.0.1:29500", 60s);
+  INFO(node0.err_so_far());
+  REQUIRE(listening);
+  Process node1(node_args(1, init));
+  const auto r0 = node0.wait(120s);
+  const auto r1 = node1.wait(120s);
+  for (const auto* r : {&r0, &r1}) {
+    INFO("node 0:\n" << r0.err << "\nnode 1:\n" << r1.err);
+    CHECK(r->exit_code == hetseq::kExitUsage);
+    CHECK_THAT(r->err, Catch::Contains("error: --shared-memory-reduce on: rank 1 runs on another machine than rank 0 "
+                                       "(or in another network namespace)") &&
+                           Catch::Contains("use --shared-memory-reduce auto or off"));
+  }
 }
 
 TEST_CASE("two nodes joined by a link shaped to 1 Gbit/s train with the fp16 comm hook, sending half the bytes",
