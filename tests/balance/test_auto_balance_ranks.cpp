@@ -29,10 +29,7 @@ namespace {
 
 // MNIST without dropout, SGD, deterministic CPU work, one JSON line per update.
 std::vector<std::string> run_args(const std::string& data, const std::string& save_dir) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--dropout", "0,0",
-          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
-          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
-          "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5"};
+  return balance_train_args(data, save_dir);
 }
 
 // Whether ranks can be pinned to cores (two cores and taskset); without it no rank is really faster.

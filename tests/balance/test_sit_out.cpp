@@ -29,11 +29,7 @@ namespace {
 
 // MNIST without dropout, SGD, deterministic CPU work, a JSON line per update, a re-plan every 4 updates.
 std::vector<std::string> sit_out_args(const std::string& data, const std::string& save_dir) {
-  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--dropout", "0,0",
-          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
-          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
-          "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5", "--balance-interval", "4",
-          "--balance-threshold", "0"};
+  return with(balance_train_args(data, save_dir), {"--balance-interval", "4", "--balance-threshold", "0"});
 }
 
 // Three ranks over a file rendezvous, 8/8/2 samples per update, --auto-balance.

@@ -21,6 +21,15 @@ inline std::vector<std::string> mnist_train_args(const std::string& data, const 
           std::to_string(seed)};
 }
 
+/// hetseq-train on the MNIST IDX files in `data` as the balancing tests run it: no dropout, SGD with momentum,
+/// deterministic CPU work, no validation, a JSON log line per update, checkpoints in `save_dir`.
+inline std::vector<std::string> balance_train_args(const std::string& data, const std::string& save_dir) {
+  return {binary_path("hetseq-train"), "--task", "mnist", "--data", data, "--cpu", "--dropout", "0,0",
+          "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--disable-validation", "--num-workers", "0",
+          "--intra-op-threads", "1", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+          "--save-dir", save_dir, "--distributed-timeout", "60", "--seed", "5"};
+}
+
 /// `args` followed by `more`.
 inline std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
   args.insert(args.end(), more.begin(), more.end());
