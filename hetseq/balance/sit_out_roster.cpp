@@ -276,6 +276,10 @@ void SitOutRoster::probe(Controller& controller) {
              size, 1e3 * seconds / static_cast<double>(runs));
 }
 
+bool SitOutRoster::is_member(int64_t rank) const {
+  return std::find(members_.begin(), members_.end(), rank) != members_.end();
+}
+
 GatherFn SitOutRoster::gather(bool posted) {
   return [this, posted](const std::vector<double>& local) { return gather_rows(local, posted); };
 }
@@ -286,10 +290,10 @@ std::vector<std::vector<double>> SitOutRoster::gather_rows(const std::vector<dou
   const size_t k = local.size(), w = static_cast<size_t>(world_size_);
   std::vector<double> row = local;
   if (posted) row.resize(k + w * k, 0.0);
-  auto store = world_.store();
   if (posted && rank_ == 0) {
+    auto store = world_.store();
     for (size_t r = 0; r < w; ++r) {
-      if (std::find(members_.begin(), members_.end(), static_cast<int64_t>(r)) != members_.end()) continue;
+      if (is_member(static_cast<int64_t>(r))) continue;
       const std::string key = fmt::format("{}{}", kFiguresKey, r);
       if (!store->check({key})) continue;
       const std::vector<double> figures = numbers_of(string_of(store->get(key)));
@@ -303,7 +307,7 @@ std::vector<std::vector<double>> SitOutRoster::gather_rows(const std::vector<dou
   }
   if (posted) {
     for (size_t r = 0; r < w; ++r) {
-      if (std::find(members_.begin(), members_.end(), static_cast<int64_t>(r)) != members_.end()) continue;
+      if (is_member(static_cast<int64_t>(r))) continue;
       all[r].assign(rows[0].begin() + static_cast<long>(k + r * k), rows[0].begin() + static_cast<long>(k + r * k + k));
     }
   }

@@ -53,6 +53,7 @@ class SitOutRoster final : public UpdateRoster {
 
  private:
   std::vector<int64_t> members_of(int64_t epoch) const;
+  bool is_member(int64_t rank) const;
   std::shared_ptr<CollectiveChannel> channel_of(const std::vector<int64_t>& members);
   void apply(Controller& controller, const std::vector<int64_t>& members);
   /// Every rank: rank 0's training state to the ranks that sat out (`receiving`). One broadcast.

@@ -83,11 +83,7 @@ int64_t TrainingLoop::run(IteratorPosition start) {
 
 void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   Controller& controller = *parts_.controller;
-  if (parts_.schedule->version() != plan_version_) {
-    // A new split (see Note [Plan schedule]): the next update's samples are the same, cut anew.
-    stream_->set_plan(parts_.schedule->train_plan(epoch));
-    plan_version_ = parts_.schedule->version();
-  }
+  follow_plan(epoch);
   if (parts_.tracer) parts_.tracer->begin_update(controller.num_updates() + 1);
   const TraceSpan update_span(parts_.tracer.get(), "update", controller.num_updates() + 1);
   const auto t0 = Clock::now();
@@ -178,13 +174,17 @@ bool TrainingLoop::train_epoch(int64_t epoch) {
   return false;
 }
 
+void TrainingLoop::follow_plan(int64_t epoch) {
+  if (parts_.schedule->version() == plan_version_) return;
+  // A new split (see Note [Plan schedule]): the next update's samples are the same, cut anew.
+  stream_->set_plan(parts_.schedule->train_plan(epoch));
+  plan_version_ = parts_.schedule->version();
+}
+
 int64_t TrainingLoop::sit_out(int64_t epoch) {
   const Meeting m = roster_->wait(*parts_.controller);
   HETSEQ_ASSERT(m.epoch == epoch, "called to a meeting in epoch {} while sitting out epoch {}", m.epoch, epoch);
-  if (parts_.schedule->version() != plan_version_) {
-    stream_->set_plan(parts_.schedule->train_plan(epoch));
-    plan_version_ = parts_.schedule->version();
-  }
+  follow_plan(epoch);  // the call's split
   stream_->restore(m.next);
   if (m.stop && !stopping_) {
     stopping_ = true;

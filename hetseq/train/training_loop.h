@@ -93,6 +93,8 @@ class TrainingLoop {
   bool pinned_batches() const;        // see TrainingLoopOptions::pin_batches
   bool update_limit_reached() const;  // --max-update
   bool limits_reached(double lr, int64_t epoch) const;
+  /// Cuts the coming updates by the schedule's split when it changed since the stream's plan.
+  void follow_plan(int64_t epoch);
   /// A rank that sits out: waits until the ranks that train call it, then stands where they stand.
   /// Returns the index in the epoch of the update they met after.
   int64_t sit_out(int64_t epoch);
