@@ -1,20 +1,8 @@
 #include "hetseq/distributed/shm_reduce.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <functional>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -54,12 +42,9 @@ namespace hetseq {
 // reduction uses the other half; the one after it comes back to this half only after its own step 2, which
 // no rank passes before every rank has finished step 5 here. So two barriers a reduction suffice.
 //
-// The barrier is a count and a generation word in the header: the last rank to arrive resets the count,
-// bumps the generation and wakes the others, who wait on the generation word with a futex (shared between
-// processes), after a short spin. A rank that waits longer than the process group's timeout throws a
-// PeerError naming the ranks that did not arrive (each rank's own count of arrivals is in the header), so a
-// dead peer is an error, not a hang. The sums go through the bucket's own dtype (float32 for the default
-// hook), with LibTorch's add on views of the slots.
+// The segment, its creation and the barrier (a count and a generation word, with a futex; a dead peer is an
+// error, not a hang) are SharedSegment's (Note [A segment and its barrier], shm_segment.cpp). The sums go through
+// the bucket's own dtype (float32 for the default hook), with LibTorch's add on views of the slots.
 
 // Note [Buckets in shared memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -87,29 +72,9 @@ namespace hetseq {
 // overlap the old. A bucket that fits no place (a size the layout did not announce) takes the copying path,
 // the same decision on every rank.
 
-constexpr int kMaxRanks = 160;  // what one page of header holds
-
-struct SharedMemoryReduce::Header {
-  alignas(64) std::atomic<uint32_t> count;
-  alignas(64) std::atomic<uint32_t> generation;
-  alignas(64) std::atomic<uint64_t> arrivals[kMaxRanks];  // [rank] barriers reached
-  std::atomic<int64_t> pids[kMaxRanks];                   // [rank] process id
-  std::atomic<uint64_t> pid_namespaces[kMaxRanks];        // [rank] inode of its pid namespace
-};
-
-struct SharedMemoryReduce::Mapping {
-  void* base;
-  size_t bytes;
-  Mapping(void* b, size_t n) : base(b), bytes(n) {}
-  ~Mapping() { ::munmap(base, bytes); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-};
-
 namespace {
 
-constexpr size_t kPage = 4096;
-constexpr size_t kHeaderBytes = kPage;
+constexpr size_t kPage = SharedSegment::kPage;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -120,38 +85,6 @@ std::pair<int64_t, int64_t> chunk_of(int64_t n, int rank, int world) {
   const int64_t step = (per + 15) / 16 * 16;
   const int64_t lo = std::min<int64_t>(n, step * rank), hi = std::min<int64_t>(n, lo + step);
   return {lo, hi};
-}
-
-// Whether process `pid` (of this pid namespace) still runs: not gone, not a zombie (a killed rank stays one
-// until whoever started it reaps it).
-bool process_alive(int64_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos || close + 2 >= line.size()) return true;
-  const char state = line[close + 2];
-  return state != 'Z' && state != 'X';
-}
-
-uint64_t pid_namespace() {
-  struct stat st {};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
-}
-
-// This machine: its host name, boot id and network namespace. Two containers with one host name are not one
-// machine, and ranks in different network namespaces stand for different nodes (as tests/distributed's two
-// nodes do), so they talk over the network.
-int64_t machine_id() {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  char netns[128] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
-  if (n > 0) netns[n] = 0;
-  return static_cast<int64_t>(std::hash<std::string>{}(std::string(host) + "/" + boot + "/" + netns) &
-                              0x7fffffffffffffffULL);
 }
 
 }  // namespace
@@ -167,7 +100,7 @@ std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::Process
   std::string reason;
   std::shared_ptr<SharedMemoryReduce> shm(
       new SharedMemoryReduce(group, max_bytes, timeout, eligible, &reason, bucket_bytes));
-  if (segment_failed) *segment_failed = shm->segment_failed_;
+  if (segment_failed) *segment_failed = shm->segment_->segment_failed();
   if (!reason.empty()) {
     if (why) *why = reason;
     return nullptr;
@@ -179,111 +112,17 @@ std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::Process
 SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout,
                                        bool eligible, std::string* why, size_t bucket_bytes)
     : rank_(group.getRank()), world_(group.getSize()), timeout_(timeout) {
-  static_assert(sizeof(Header) <= kHeaderBytes, "the header is one page");
   auto fail = [&](const std::string& message) {
     if (!why) throw UsageError(fmt::format("--shared-memory-reduce on: {}", message));
     *why = message;
   };
-  if (world_ > kMaxRanks) {  // the same on every rank: no collective skipped unevenly
-    fail(fmt::format("{} ranks; it serves at most {} ranks of one machine", world_, kMaxRanks));
-    return;
-  }
-  // Every rank on this machine?
-  {
-    std::vector<at::Tensor> out{at::empty({world_}, at::kLong)};
-    // A rank that cannot take part says so with an id no machine has.
-    std::vector<at::Tensor> in{at::full({1}, eligible ? machine_id() : -1 - int64_t{rank_}, at::kLong)};
-    std::vector<std::vector<at::Tensor>> outs{{}};
-    for (int r = 0; r < world_; ++r) outs[0].push_back(at::empty({1}, at::kLong));
-    group.allgather(outs, in)->wait();
-    for (int r = 0; r < world_; ++r) {
-      if (outs[0][static_cast<size_t>(r)].item<int64_t>() != outs[0][0].item<int64_t>()) {
-        fail(fmt::format("rank {} runs on another machine than rank 0 (or in another network namespace), or one "
-                         "of them has its parameters off the CPU; shared memory serves CPU ranks of one machine only: "
-                         "use --shared-memory-reduce auto or off",
-                         r));
-        return;
-      }
-    }
-  }
   max_bytes_ = round_up(std::max<size_t>(max_bytes, 64), kPage);
   bucket_bytes_ = round_up(bucket_bytes, kPage);
-  mapped_bytes_ = kHeaderBytes + static_cast<size_t>(world_) * (2 * max_bytes_ + bucket_bytes_);
-
-  // Rank 0 creates the segment and broadcasts its name.
-  std::string name;
-  std::string error;
-  if (rank_ == 0) {
-    std::random_device random;
-    name = fmt::format("/hetseq-reduce-{}-{:08x}", ::getpid(), random());
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      error = fmt::format("cannot create /dev/shm{}: {}", name, std::strerror(errno));
-    } else {
-      // posix_fallocate reserves the pages now: a full /dev/shm is this error, not a SIGBUS mid-training.
-      const int rc = ::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0 ? errno
-                     : ::posix_fallocate(fd, 0, static_cast<off_t>(mapped_bytes_));
-      if (rc != 0) {
-        error = fmt::format("cannot reserve {} bytes in /dev/shm ({}): {}", mapped_bytes_, name, std::strerror(rc));
-        ::shm_unlink(name.c_str());
-      }
-      ::close(fd);
-    }
-  }
-  at::Tensor name_bytes = at::zeros({128}, at::kByte);
-  if (rank_ == 0) {
-    const std::string sent = error.empty() ? name : "!" + error.substr(0, 126);
-    std::memcpy(name_bytes.data_ptr(), sent.data(), std::min<size_t>(sent.size(), 127));
-  }
-  std::vector<at::Tensor> bytes{name_bytes};
-  // A peer that fails these collectives (dead, or timed out) must leave neither the name in /dev/shm nor the
-  // mapping behind (the destructor does not run for a constructor that throws).
-  auto unlink_on_error = [&](const std::function<void()>& collective) {
-    try {
-      collective();
-    } catch (...) {
-      if (rank_ == 0) ::shm_unlink(name.c_str());
-      if (base_) ::munmap(base_, mapped_bytes_);
-      base_ = nullptr;
-      throw;
-    }
-  };
-  unlink_on_error([&] { group.broadcast(bytes)->wait(); });
-  name = std::string(static_cast<const char*>(name_bytes.data_ptr()));
-  if (!name.empty() && name[0] == '!') {
-    segment_failed_ = true;
-    fail(fmt::format("rank 0 {}; free /dev/shm or use --shared-memory-reduce off", name.substr(1)));
-    return;
-  }
-  // Every rank maps it; the name goes once all have (or one has failed).
-  int ok = 1;
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd >= 0) {
-    base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base_ == MAP_FAILED) base_ = nullptr;
-    ::close(fd);
-  }
-  if (!base_) {
-    error = fmt::format("rank {} cannot map /dev/shm{}: {}", rank_, name, std::strerror(errno));
-    ok = 0;
-  }
-  std::vector<at::Tensor> flags{at::full({1}, ok, at::kInt)};
-  unlink_on_error([&] { group.allreduce(flags)->wait(); });
-  if (rank_ == 0) ::shm_unlink(name.c_str());
-  if (flags[0].item<int>() != world_) {
-    if (base_) ::munmap(base_, mapped_bytes_);
-    base_ = nullptr;
-    segment_failed_ = true;
-    fail(error.empty() ? "another rank could not map the segment (its error says why)" : error);
-    return;
-  }
-  mapping_ = std::make_shared<Mapping>(base_, mapped_bytes_);
-  header_ = static_cast<Header*>(base_);  // zero-filled by ftruncate: count 0, generation 0, arrivals 0
-  header_->pids[rank_].store(::getpid());
-  pid_namespace_ = pid_namespace();
+  segment_ = std::make_unique<SharedSegment>(
+      group, static_cast<size_t>(world_) * (2 * max_bytes_ + bucket_bytes_), eligible, fail);
+  if (!segment_->mapped()) return;
   for (int r = 0; r < world_; ++r) members_.push_back(r);
   position_ = rank_;
-  header_->pid_namespaces[rank_].store(pid_namespace_);
 }
 
 SharedMemoryReduce::~SharedMemoryReduce() {
@@ -293,7 +132,7 @@ SharedMemoryReduce::~SharedMemoryReduce() {
   }
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
-  mapping_.reset();  // unmapped here unless a bucket still lives in the segment
+  segment_.reset();  // unmapped here unless a bucket still lives in the segment
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_sum_async(const at::Tensor& bucket,
@@ -328,19 +167,14 @@ void SharedMemoryReduce::set_members(const std::vector<int>& members) {
   const auto at = std::find(members_.begin(), members_.end(), rank_);
   position_ = at == members_.end() ? -1 : static_cast<int>(at - members_.begin());
   // Counted afresh from here on, the same on every member (Note [Sharing an update]).
-  round_ = 0;
   reductions_ = 0;
-  header_->arrivals[rank_].store(0, std::memory_order_release);
+  segment_->restart_count();
 }
 
-bool SharedMemoryReduce::holds(const void* data) const {
-  const char* p = static_cast<const char*>(data);
-  const char* base = static_cast<const char*>(base_);
-  return base && p >= base && p < base + mapped_bytes_;
-}
+bool SharedMemoryReduce::holds(const void* data) const { return segment_ && segment_->holds(data); }
 
 char* SharedMemoryReduce::bucket_place(int rank, int64_t index) const {
-  return static_cast<char*>(base_) + kHeaderBytes + static_cast<size_t>(world_) * 2 * max_bytes_ +
+  return segment_->data() + static_cast<size_t>(world_) * 2 * max_bytes_ +
          static_cast<size_t>(rank) * bucket_bytes_ + bucket_offsets_[static_cast<size_t>(index)];
 }
 
@@ -357,9 +191,9 @@ c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryReduce::allreduce_bucket_asy
   if (bucket.data_ptr() != place) {
     // Move the storage into its place (Note [Buckets in shared memory]); the old memory goes with its DataPtr.
     std::memcpy(place, bucket.data_ptr(), bytes);
-    auto* keep = new std::shared_ptr<Mapping>(mapping_);
+    auto* keep = new std::shared_ptr<SharedSegment::Mapping>(segment_->mapping());
     bucket.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(
-        c10::DataPtr(place, keep, [](void* ctx) { delete static_cast<std::shared_ptr<Mapping>*>(ctx); },
+        c10::DataPtr(place, keep, [](void* ctx) { delete static_cast<std::shared_ptr<SharedSegment::Mapping>*>(ctx); },
                      c10::Device(c10::kCPU)));
   }
   return enqueue(bucket, index, /*in_place=*/true);
@@ -385,59 +219,12 @@ void SharedMemoryReduce::work() {
 }
 
 char* SharedMemoryReduce::slot(int half, int rank) const {
-  return static_cast<char*>(base_) + kHeaderBytes +
+  return segment_->data() +
          (static_cast<size_t>(half) * static_cast<size_t>(world_) + static_cast<size_t>(rank)) * max_bytes_;
 }
 
 void SharedMemoryReduce::barrier(int64_t index, const char* phase) {
-  ++round_;
-  header_->arrivals[rank_].store(round_, std::memory_order_release);
-  const uint32_t generation = header_->generation.load(std::memory_order_acquire);
-  if (header_->count.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(members_.size())) {
-    header_->count.store(0, std::memory_order_relaxed);
-    header_->generation.fetch_add(1, std::memory_order_acq_rel);
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-    return;
-  }
-  for (int spin = 0; spin < 200; ++spin) {
-    if (header_->generation.load(std::memory_order_acquire) != generation) return;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  auto left = deadline - std::chrono::steady_clock::now();
-  for (;;) {
-    // Sleep on the generation word; wake up at least every 100 ms to check on the peers and the deadline (a
-    // barrier that completes within the first nap reads nothing from /proc).
-    const auto nap = std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(100));
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
-    timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->generation), FUTEX_WAIT, generation, &wait, nullptr, 0);
-    if (header_->generation.load(std::memory_order_acquire) != generation) return;
-    if (stopping_) throw PeerError(fmt::format("rank {}: the shared-memory reduction of bucket {} was abandoned", rank_, index));
-    left = deadline - std::chrono::steady_clock::now();
-    std::vector<int> missing;
-    for (int r : members_) {
-      if (header_->arrivals[r].load(std::memory_order_acquire) < round_) missing.push_back(r);
-    }
-    // A missing rank's process that has exited (seen where it shares this process's pid namespace) fails the
-    // wait at once, as a closed socket fails Gloo's.
-    for (int r : missing) {
-      const int64_t pid = header_->pids[r].load();
-      if (pid > 0 && header_->pid_namespaces[r].load() == pid_namespace_ && !process_alive(pid)) {
-        throw PeerError(fmt::format(
-            "rank {} of {}: the shared-memory reduction of gradient bucket {} failed: rank {} (process {}) has exited "
-            "(a peer died, fell behind past the process group's timeout, or ran a different number of backward passes)",
-            rank_, world_, index, r, pid));
-      }
-    }
-    if (left <= std::chrono::steady_clock::duration::zero()) {
-      throw PeerError(fmt::format(
-          "rank {} of {}: the shared-memory reduction of gradient bucket {} ({}) failed: rank(s) {} did not reach it "
-          "within --distributed-timeout ({} s) (a peer died, fell behind past the process group's timeout, or ran a "
-          "different number of backward passes)",
-          rank_, world_, index, phase, fmt::join(missing, ", "),
-          std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()));
-    }
-  }
+  segment_->barrier(members_, timeout_, index, phase, stopping_);
 }
 
 void SharedMemoryReduce::allreduce_sum(const at::Tensor& bucket, int64_t index) {

@@ -1,6 +1,7 @@
 #pragma once
 /// Sums gradient buckets over the ranks of one machine through shared memory instead of the process group
-/// (--shared-memory-reduce). See Note [Shared-memory reduction] (shm_reduce.cpp). Internal: not installed.
+/// (--shared-memory-reduce). See Note [Shared-memory reduction] (shm_reduce.cpp); the segment and its barrier are
+/// shm_segment.h. Internal: not installed.
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +18,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue_inl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "hetseq/distributed/shm_segment.h"
 
 namespace hetseq {
 
@@ -72,8 +75,6 @@ class SharedMemoryReduce {
  private:
   SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout, bool eligible,
                      std::string* why, size_t bucket_bytes);
-  struct Header;
-  struct Mapping;
   void barrier(int64_t index, const char* phase);
   char* slot(int half, int rank) const;
   char* bucket_place(int rank, int64_t index) const;  // where rank's bucket `index` lives
@@ -86,16 +87,10 @@ class SharedMemoryReduce {
   std::vector<int> members_;  // the ranks that reduce, in rank order (set_members)
   int position_ = 0;          // this rank's index in members_ (-1: it sits out)
   size_t max_bytes_ = 0;     // per slot, rounded up to a page
-  size_t mapped_bytes_ = 0;  // the whole segment
   size_t bucket_bytes_ = 0;  // per rank, for the buckets in place (a multiple of the page)
   std::vector<size_t> bucket_offsets_;  // [bucket] its place within a rank's bucket room; the last entry: the end
   std::chrono::milliseconds timeout_;
-  void* base_ = nullptr;
-  std::shared_ptr<Mapping> mapping_;  // unmaps the segment once this object and every bucket moved there are gone
-  Header* header_ = nullptr;
-  bool segment_failed_ = false;  // the constructor could not make or map the segment
-  uint64_t pid_namespace_ = 0;  // of this process, to tell which peers' process ids it can check
-  uint64_t round_ = 0;       // barriers this rank has passed
+  std::unique_ptr<SharedSegment> segment_;  // its mapping outlives this object while a bucket moved there lives
   uint64_t reductions_ = 0;  // reductions this rank has done (which half is next)
 
   struct Job {
