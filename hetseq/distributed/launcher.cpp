@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <optional>
 #include <set>
 #include <thread>
 
@@ -83,7 +82,10 @@ int launch_workers(const LaunchOptions& o) {
   bool stopping = false;
   std::vector<bool> done(pids.size(), false);
   size_t remaining = pids.size();
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  // When the workers still running get SIGKILL; never (the clock's end) until a stop or a failure sets it. A
+  // time point rather than an optional: GCC 12 warned that the optional's value may be read uninitialized.
+  constexpr auto kNever = std::chrono::steady_clock::time_point::max();
+  auto kill_at = kNever;
   auto stop_others = [&](std::chrono::seconds grace) {
     for (size_t j = 0; j < pids.size(); ++j) {
       if (!done[j]) ::kill(pids[j], SIGTERM);
@@ -98,7 +100,7 @@ int launch_workers(const LaunchOptions& o) {
                 stop_request::signal_name(stop_request::signal_number()), remaining, o.stop_grace.count());
       stop_others(o.stop_grace);
     }
-    if (stopping && kill_at && stop_request::signal_count() >= 2) {
+    if (stopping && kill_at != kNever && stop_request::signal_count() >= 2) {
       log::info("[launcher] a second signal: killing the workers now");
       kill_at = std::chrono::steady_clock::now();
     }
@@ -125,7 +127,7 @@ int launch_workers(const LaunchOptions& o) {
       }
       continue;
     }
-    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+    if (kill_at != kNever && std::chrono::steady_clock::now() > kill_at) {
       for (size_t j = 0; j < pids.size(); ++j) {
         if (!done[j]) {
           log::error("[launcher] rank {} (pid {}) did not stop in time; killing it",
@@ -133,7 +135,7 @@ int launch_workers(const LaunchOptions& o) {
           ::kill(pids[j], SIGKILL);
         }
       }
-      kill_at.reset();
+      kill_at = kNever;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
