@@ -6,7 +6,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/cli/flags.h"
 #include "hetseq/core/parse.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/validator.h"
 

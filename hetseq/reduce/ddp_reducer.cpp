@@ -1,4 +1,4 @@
-#include "hetseq/distributed/ddp_reducer.h"
+#include "hetseq/reduce/ddp_reducer.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,8 +18,8 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/powersgd.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/reduce/powersgd.h"
+#include "hetseq/world/process_group.h"
 #include "hetseq/observe/tracer.h"
 
 namespace hetseq {

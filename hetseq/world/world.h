@@ -11,9 +11,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
-#include "hetseq/distributed/handshake.h"
-#include "hetseq/distributed/rendezvous.h"
-#include "hetseq/distributed/world_options.h"
+#include "hetseq/world/handshake.h"
+#include "hetseq/world/rendezvous.h"
+#include "hetseq/world/world_options.h"
 
 namespace hetseq {
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/launcher.h"
+#include "hetseq/world/launcher.h"
 
 #include <signal.h>
 #include <spawn.h>

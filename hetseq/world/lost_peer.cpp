@@ -1,4 +1,4 @@
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 
 #include <array>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/slurm_step.h"
+#include "hetseq/world/slurm_step.h"
 
 #include <algorithm>
 

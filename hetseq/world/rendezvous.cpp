@@ -1,4 +1,4 @@
-#include "hetseq/distributed/rendezvous.h"
+#include "hetseq/world/rendezvous.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/init_method.h"
-#include "hetseq/distributed/rendezvous_keys.h"
+#include "hetseq/world/init_method.h"
+#include "hetseq/world/rendezvous_keys.h"
 
 namespace hetseq {
 namespace {

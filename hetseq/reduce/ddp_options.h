@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hetseq/distributed/comm_hook.h"
+#include "hetseq/reduce/comm_hook.h"
 
 namespace hetseq {
 

@@ -6,8 +6,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "hetseq/distributed/collective_channel.h"
-#include "hetseq/distributed/stat_sync.h"
+#include "hetseq/channel/collective_channel.h"
+#include "hetseq/channel/stat_sync.h"
 
 namespace hetseq {
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/comm_hook.h"
+#include "hetseq/reduce/comm_hook.h"
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"

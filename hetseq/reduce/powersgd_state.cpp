@@ -1,4 +1,4 @@
-#include "hetseq/distributed/powersgd.h"
+#include "hetseq/reduce/powersgd.h"
 
 #include <algorithm>
 #include <string>
@@ -10,7 +10,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/powersgd_bucket.h"
+#include "hetseq/reduce/powersgd_bucket.h"
 
 namespace hetseq {
 

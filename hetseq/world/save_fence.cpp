@@ -1,4 +1,4 @@
-#include "hetseq/distributed/save_fence.h"
+#include "hetseq/world/save_fence.h"
 
 #include <condition_variable>
 #include <exception>
@@ -9,7 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 
 namespace hetseq {
 namespace {

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/collective_channel.h"
+#include "hetseq/channel/collective_channel.h"
 
 #include "hetseq/core/error.h"
 

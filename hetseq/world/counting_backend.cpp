@@ -1,4 +1,4 @@
-#include "hetseq/distributed/counting_backend.h"
+#include "hetseq/world/counting_backend.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/stat_sync.h"
+#include "hetseq/channel/stat_sync.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +9,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 
 namespace hetseq {
 namespace {

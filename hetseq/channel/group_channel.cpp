@@ -1,8 +1,8 @@
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/channel/group_channel.h"
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 #include "hetseq/observe/tracer.h"
 
 namespace hetseq {

@@ -8,11 +8,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/module.h>
 
-#include "hetseq/distributed/comm_hook.h"
-#include "hetseq/distributed/ddp_options.h"
-#include "hetseq/distributed/powersgd.h"
-#include "hetseq/distributed/shm_reduce.h"
-#include "hetseq/distributed/gradient_reducer.h"
+#include "hetseq/reduce/comm_hook.h"
+#include "hetseq/reduce/ddp_options.h"
+#include "hetseq/reduce/powersgd.h"
+#include "hetseq/reduce/shm_reduce.h"
+#include "hetseq/reduce/gradient_reducer.h"
 
 namespace c10d {
 class Logger;

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/clock_sync.h"
+#include "hetseq/channel/clock_sync.h"
 
 #include <torch/torch.h>
 

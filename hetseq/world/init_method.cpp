@@ -1,4 +1,4 @@
-#include "hetseq/distributed/init_method.h"
+#include "hetseq/world/init_method.h"
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"

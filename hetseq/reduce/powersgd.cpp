@@ -1,5 +1,5 @@
-#include "hetseq/distributed/powersgd.h"
-#include "hetseq/distributed/powersgd_bucket.h"
+#include "hetseq/reduce/powersgd.h"
+#include "hetseq/reduce/powersgd_bucket.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

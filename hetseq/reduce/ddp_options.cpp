@@ -1,4 +1,4 @@
-#include "hetseq/distributed/ddp_options.h"
+#include "hetseq/reduce/ddp_options.h"
 
 #include <cmath>
 

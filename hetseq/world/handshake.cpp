@@ -1,4 +1,4 @@
-#include "hetseq/distributed/handshake.h"
+#include "hetseq/world/handshake.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 
 #include <algorithm>
 
@@ -15,9 +15,9 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/init_method.h"
-#include "hetseq/distributed/launcher.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/init_method.h"
+#include "hetseq/world/launcher.h"
+#include "hetseq/world/process_group.h"
 
 namespace hetseq {
 namespace {

@@ -12,7 +12,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "hetseq/checkpoint/training_state.h"
-#include "hetseq/distributed/ddp_options.h"
+#include "hetseq/reduce/ddp_options.h"
 
 namespace hetseq {
 

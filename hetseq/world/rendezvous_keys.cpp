@@ -1,4 +1,4 @@
-#include "hetseq/distributed/rendezvous_keys.h"
+#include "hetseq/world/rendezvous_keys.h"
 
 #include <unistd.h>
 

@@ -19,7 +19,7 @@
 #include <ATen/core/ivalue_inl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "hetseq/distributed/shm_segment.h"
+#include "hetseq/reduce/shm_segment.h"
 
 namespace hetseq {
 

@@ -1,4 +1,4 @@
-#include "hetseq/distributed/shm_segment.h"
+#include "hetseq/reduce/shm_segment.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

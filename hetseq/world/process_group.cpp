@@ -1,4 +1,4 @@
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -18,7 +18,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/counting_backend.h"
+#include "hetseq/world/counting_backend.h"
 
 namespace hetseq {
 namespace {

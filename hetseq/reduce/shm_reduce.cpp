@@ -1,4 +1,4 @@
-#include "hetseq/distributed/shm_reduce.h"
+#include "hetseq/reduce/shm_reduce.h"
 
 #include <algorithm>
 #include <atomic>
