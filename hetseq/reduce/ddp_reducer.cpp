@@ -18,6 +18,8 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/reduce/bucket_hook.h"
+#include "hetseq/reduce/comm_clock.h"
 #include "hetseq/reduce/powersgd.h"
 #include "hetseq/world/process_group.h"
 #include "hetseq/observe/tracer.h"
@@ -81,72 +83,6 @@ namespace hetseq {
 // the model from rank 0 once per update, so that running statistics that each rank updates in its
 // own forward passes start every update as rank 0's.
 
-namespace detail {
-
-/// The times of one update's bucket allreduces: launches come from the autograd thread, completions
-/// from the backend's threads.
-struct CommClock {
-  using Clock = std::chrono::steady_clock;
-
-  void reset() {
-    std::lock_guard<std::mutex> lock(mutex);
-    launched = 0;
-    bytes = 0;
-    intervals.clear();
-  }
-  void on_launch(int64_t bucket_bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto now = Clock::now();
-    if (launched++ == 0) {
-      first_launch = now;
-      last_done = now;
-    }
-    last_launch = now;
-    bytes += bucket_bytes;
-  }
-  void on_done(Clock::time_point started) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto now = Clock::now();
-    last_done = std::max(last_done, now);
-    intervals.emplace_back(started, now);
-  }
-  int64_t launches() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return launched;
-  }
-  ReductionTiming timing() {
-    std::lock_guard<std::mutex> lock(mutex);
-    ReductionTiming t;
-    t.buckets = launched;
-    t.bytes = bytes;
-    if (launched > 0) {
-      t.comm_s = std::chrono::duration<double>(last_done - first_launch).count();
-      // The time at least one bucket was in flight: the union of the buckets' intervals.
-      std::sort(intervals.begin(), intervals.end());
-      Clock::time_point covered = intervals.empty() ? first_launch : intervals.front().first;
-      for (const auto& [b, e] : intervals) {
-        if (e <= covered) continue;
-        t.busy_s += std::chrono::duration<double>(e - std::max(b, covered)).count();
-        covered = e;
-      }
-      t.exposed_s = std::max(0.0, std::chrono::duration<double>(last_done - last_launch).count());
-    }
-    return t;
-  }
-
-  std::mutex mutex;
-  int64_t launched = 0;
-  int64_t bytes = 0;
-  Clock::time_point first_launch, last_launch, last_done;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;  // [completed bucket] start, end
-  std::shared_ptr<Tracer> tracer;  // bucket allreduce spans (Note [Tracing]); under `mutex`
-  std::shared_ptr<Tracer> current_tracer() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return tracer;
-  }
-};
-
-}  // namespace detail
 
 namespace {
 
@@ -168,143 +104,7 @@ std::string layout_problem(const std::vector<std::vector<int64_t>>& layout, size
 
 constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial state broadcast
 
-// Note [Comm hooks]
-// ~~~~~~~~~~~~~~~~~
-// Every bucket goes through one comm hook, which sums it over the ranks with no division by the world
-// size (Note [Weighted averaging]); --ddp-comm-hook chooses how it travels.
-//
-// none (the default): the float32 bucket is allreduced as it is. The sum is exact up to float32
-// addition, so the exact weighting and bit-exact resume hold.
-//
-// fp16, bf16: the bucket is divided by the update's global sample count S, cast to the low precision,
-// allreduced, cast back and multiplied by S. Half the bytes go on the wire. S is known before the
-// first bucket is ready, because the Controller starts the statistics on the CollectiveChannel before
-// backward and hands the reducer the channel's count (Note [Stat sync], Note [Communication roles]); a
-// reduction driven without statistics uses S = 1. Dividing by S makes the values that are cast the
-// terms of the mean gradient, of the same size as what PyTorch's hooks cast (each rank's mean
-// gradient over the world size), so that float16's range (6e-5 to 65504 in normal numbers) holds
-// them whatever the batch sizes; the Controller divides by S again afterwards, so the only change to
-// the update is rounding:
-//   * each rank's term is rounded to the format (relative error 2^-11 for float16, 2^-8 for
-//     bfloat16), and the ring's partial sums are rounded again at every hop, so that the summed
-//     gradient carries a relative error of about (W - 1) units of the format's last place, and the
-//     exact weighting holds only up to that rounding; a resumed run still matches the uninterrupted
-//     one bit for bit, because the rounding is deterministic;
-//   * float16 flushes terms below 6e-8 to zero and saturates above 65504 to infinity.
-// With --fp16 the bucket holds the gradients times the loss scale, and it is unscaled only after the
-// sum, in the Controller: a term that overflows float16 becomes infinite, the sum is infinite on every
-// rank, and the update is skipped and the scale lowered, as for an overflow in backward (Note [Loss
-// scaling]). So dynamic loss scaling also keeps the scaled gradients inside float16's range on the
-// wire. Without loss scaling an overflow on the wire is an error naming the update (the Controller
-// refuses a non-finite gradient), which says to use bf16 or --fp16.
-//
-// powersgd: see Note [PowerSGD] (powersgd.cpp). Checkpoints keep its state (error feedback, Q, the
-// update count): see Note [PowerSGD in checkpoints].
-
 }  // namespace
-
-// The hook of every bucket: a SUM over the ranks as Note [Comm hooks] says. c10d's own hooks do the
-// same, but libtorch does not export their symbols. A failed or timed-out allreduce becomes a
-// hetseq::InputError naming the rank and the bucket; the Reducer waits on the returned future at the
-// end of backward, so the error comes out of backward().
-class DistributedReducer::BucketCommHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
- public:
-  BucketCommHook(c10::intrusive_ptr<c10d::ProcessGroup> group, CommHook kind, std::shared_ptr<detail::CommClock> clock,
-                 std::function<double()> sample_size, std::shared_ptr<PowerSgd> powersgd,
-                 std::shared_ptr<SharedMemoryReduce> shm)
-      : c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>>(std::move(group)),
-        kind_(kind),
-        clock_(std::move(clock)),
-        sample_size_(std::move(sample_size)),
-        powersgd_(std::move(powersgd)),
-        shm_(std::move(shm)) {}
-
-  /// The group the buckets are summed over from now on (Note [Sitting out]): the run's, or the ranks that take
-  /// part. Called between updates.
-  void set_group(c10::intrusive_ptr<c10d::ProcessGroup> group) { state_ = std::move(group); }
-
-  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
-    at::Tensor buffer = bucket.getBufferRef();
-    if (shm_) return reduce_in_shared_memory(buffer, static_cast<int>(bucket.getIndex()));
-    const bool cast = kind_ == CommHook::kFp16 || kind_ == CommHook::kBf16;
-    double scale = 1;  // S, see Note [Comm hooks]
-    std::vector<at::Tensor> tensors{buffer};
-    if (cast) {
-      scale = sample_size_();
-      if (!(scale > 0)) scale = 1;
-      tensors[0] = (scale == 1 ? buffer : buffer / scale).to(wire_type(kind_));
-    }
-    // PowerSGD's bytes on the wire depend on its shapes; the bucket's are counted.
-    const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
-    clock_->on_launch(bytes);
-    const auto start = detail::CommClock::Clock::now();
-    const auto index = static_cast<int>(bucket.getIndex());
-    // The callback holds the tracer, so that a bucket completing after an error has unwound the
-    // training thread still finds it alive.
-    std::shared_ptr<Tracer> tracer = clock_->current_tracer();
-    // On CUDA the future completes at enqueue; the device row times the collective itself (Note [Tracing]).
-    Tracer::DeviceSpan* on_device =
-        tracer ? tracer->begin_device_span("allreduce", kBucketTrack + kDeviceBucketOffset + index, index) : nullptr;
-    auto future = kind_ == CommHook::kPowerSgd ? powersgd_->reduce(index, buffer, bucket.getGradients())
-                                               : state_->allreduce(tensors)->getFuture();
-    return future->then(
-        [clock = clock_, rank = state_->getRank(), size = state_->getSize(), index, bytes, start, tracer, on_device,
-         cast, scale, buffer, kind = kind_](c10::ivalue::Future& done) -> c10::IValue {
-          clock->on_done(start);
-          if (done.hasError()) {
-            throw PeerError(fmt::format(
-                "rank {} of {}: the allreduce of gradient bucket {} ({} bytes{}) failed: {} (a peer died, fell behind "
-                "past the process group's timeout, or ran a different number of backward passes)",
-                rank, size, index, bytes, cast ? ", --ddp-comm-hook " + to_string(kind) : "",
-                done.tryRetrieveErrorMessage()));
-          }
-          if (tracer) {
-            try {
-              tracer->end_device_span(on_device);
-              tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
-            } catch (const std::exception& e) {  // a trace is never worth failing the reduction for
-              log::warn("[trace] rank {}: bucket {} not traced: {}", rank, index, e.what());
-            }
-          }
-          if (!cast) return done.value();
-          buffer.copy_(done.value().toTensorVector()[0]);
-          if (scale != 1) buffer.mul_(scale);
-          return c10::IValue(std::vector<at::Tensor>{buffer});
-        },
-        future->elementType());
-  }
-
- private:
-  // Note [Shared-memory reduction]: on the SharedMemoryReduce's thread while backward goes on, as the process
-  // group's allreduce would be; a PeerError there comes out of backward() when the Reducer waits.
-  c10::intrusive_ptr<c10::ivalue::Future> reduce_in_shared_memory(const at::Tensor& buffer, int index) {
-    const int64_t bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
-    clock_->on_launch(bytes);
-    const auto start = detail::CommClock::Clock::now();
-    std::shared_ptr<Tracer> tracer = clock_->current_tracer();
-    auto future = shm_->allreduce_bucket_async(buffer, index);
-    return future->then(
-        [clock = clock_, index, bytes, start, tracer](c10::ivalue::Future& done) -> c10::IValue {
-          clock->on_done(start);
-          if (done.hasError()) std::rethrow_exception(done.exception_ptr());
-          if (tracer) {
-            try {
-              tracer->add_span("allreduce", kBucketTrack + index, start, detail::CommClock::Clock::now(), index, bytes);
-            } catch (const std::exception& e) {
-              log::warn("[trace] bucket {} not traced: {}", index, e.what());
-            }
-          }
-          return done.value();
-        },
-        future->elementType());
-  }
-
-  CommHook kind_;
-  std::shared_ptr<detail::CommClock> clock_;
-  std::function<double()> sample_size_;
-  std::shared_ptr<PowerSgd> powersgd_;         // kPowerSgd only
-  std::shared_ptr<SharedMemoryReduce> shm_;    // --shared-memory-reduce only
-};
 
 DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group,
                                        DdpOptions options)
@@ -473,8 +273,12 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     powersgd_ = std::make_shared<PowerSgd>(group_, options_.powersgd);
   }
   // The hook runs only inside backward, while this reducer exists; samples_ is set for that backward.
-  auto hook = std::make_unique<BucketCommHook>(group_, options_.comm_hook, clock_,
-                                               [this] { return samples_ ? samples_() : 1.0; }, powersgd_, shm_);
+  BucketHookOptions hook_options;
+  hook_options.kind = options_.comm_hook;
+  hook_options.sample_size = [this] { return samples_ ? samples_() : 1.0; };
+  hook_options.powersgd = powersgd_;
+  hook_options.shm = shm_;
+  auto hook = make_bucket_hook(group_, clock_, std::move(hook_options));
   hook_ = hook.get();
   reducer_->register_comm_hook(std::move(hook));
   update_group_ = group_;

@@ -24,6 +24,7 @@ namespace hetseq {
 namespace detail {
 struct CommClock;
 }  // namespace detail
+class BucketHook;
 
 /// Data-parallel gradient reduction over a c10d process group, driven by LibTorch's own c10d::Reducer
 /// (the engine behind PyTorch's DistributedDataParallel): gradients are summed over the ranks in
@@ -87,14 +88,13 @@ class DistributedReducer final : public GradientReducer {
   void set_members(const std::vector<int64_t>& members, c10::intrusive_ptr<c10d::ProcessGroup> group);
 
  private:
-  class BucketCommHook;
   /// With find_unused_parameters: resets the gradients of the parameters that no rank used in this
   /// update. See Note [Bucketed reduction].
   void forget_unused_gradients();
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   c10::intrusive_ptr<c10d::ProcessGroup> update_group_;  // the ranks that take part (set_members); group_ at first
-  BucketCommHook* hook_ = nullptr;                       // owned by reducer_
+  BucketHook* hook_ = nullptr;                           // owned by reducer_
   DdpOptions options_;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
