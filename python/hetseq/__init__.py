@@ -1,0 +1,72 @@
+"""hetseq from Python: exact heterogeneous data parallelism for a Python training loop.
+
+The gradients of an update are summed over the ranks and divided by the update's samples over all ranks, so
+that ranks with different batch sizes train the model of one process on their concatenated batch.
+"""
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from . import data  # noqa: F401  (hetseq.data.Plan)
+
+__version__ = _C.__version__
+UsageError, InputError, PeerError = _C.UsageError, _C.InputError, _C.PeerError
+
+if torch.__version__.split("+")[0] != _C.torch_version.split("+")[0]:
+    raise ImportError(f"hetseq was built against torch {_C.torch_version}, and this is torch {torch.__version__}: "
+                      "rebuild it against this torch (pip install --no-build-isolation .)")
+
+
+class _Update:
+    def __init__(self, reducer, count, params):
+        self._reducer, self._count, self._index, self.samples = reducer, count, 0, 0
+        self._params = params
+
+    def backward(self, loss_sum, sample_size):
+        """Backward of one micro-batch's summed loss (not its mean) over `sample_size` samples."""
+        if self._index >= self._count:
+            raise _C.UsageError(f"backward called {self._index + 1} times in an update of {self._count} micro-batches")
+        self._reducer.before_backward(self._index, self._count, loss_sum)
+        loss_sum.backward()
+        self._index += 1
+        self.samples += sample_size
+
+    def skip(self):
+        """An empty micro-batch (a rank whose update has fewer): a backward of zero, so that every rank runs
+        the same number and the gradients' hooks fire; it adds no sample."""
+        self.backward(sum((p * 0).sum() for p in self._params), 0)
+
+
+class DistributedDataParallel:
+    """Wraps `module` (a torch.nn.Module) for exact sample-weighted data parallelism over `process_group`
+    (default: the default group). Every rank must construct it at the same point."""
+
+    def __init__(self, module, process_group=None, bucket_cap_mb=25.0, broadcast_buffers=True, shared_memory="auto",
+                 timeout_s=300.0):
+        group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
+        self.module = module
+        params = [(n, p) for n, p in module.named_parameters()]
+        buffers = [(n, b) for n, b in module.named_buffers()]
+        self._params = [p for _, p in params if p.requires_grad]
+        self._reducer = _C.Reducer(params, buffers, group, bucket_cap_mb, broadcast_buffers, shared_memory, timeout_s)
+        self.total_samples = 0
+
+    @contextlib.contextmanager
+    def update(self, micro_batches=1):
+        """One update of `micro_batches` backward passes (the same number on every rank). On leaving, every
+        gradient is the sum over the ranks divided by the update's samples over all ranks."""
+        self._reducer.before_forward()
+        u = _Update(self._reducer, micro_batches, self._params)
+        yield u
+        if u._index != micro_batches:
+            raise _C.UsageError(f"an update of {micro_batches} micro-batches ran {u._index} backward passes")
+        self.total_samples = self._reducer.finish_update(float(u.samples))
+
+    @property
+    def gradients_in_shared_memory(self):
+        return self._reducer.gradients_in_shared_memory
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)

@@ -1,0 +1,154 @@
+// hetseq._C: hetseq's C++ machinery for a Python training loop (issue "hetseq from Python"). A Python
+// nn.Parameter reaches C++ as the same at::Tensor, and a torch.distributed process group as the same
+// c10d::ProcessGroup, so the reducer's hooks fire on the user's own parameters in the user's own group.
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hetseq/core/error.h"
+#include "hetseq/data/data_plan.h"
+#include "hetseq/data/epoch_batch_iterator.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/version.h"
+
+namespace py = pybind11;
+
+namespace hetseq::python {
+
+// Note [Python parameters in a C++ module]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DistributedReducer takes a torch::nn::Module. A Python module is not one, but its parameters and buffers
+// are at::Tensors: registered under their names in a C++ module of their own, they are the same tensors
+// (one TensorImpl), so the c10d::Reducer's gradient hooks sit on the Python parameters' gradient
+// accumulators and fire in the Python backward pass, and the broadcast from rank 0 writes into them.
+class TensorsModule final : public torch::nn::Module {
+ public:
+  TensorsModule(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
+                const std::vector<std::pair<std::string, torch::Tensor>>& buffers) {
+    for (const auto& [name, t] : parameters) register_parameter(flat(name), t, t.requires_grad());
+    for (const auto& [name, t] : buffers) register_buffer(flat(name), t);
+  }
+
+ private:
+  // A C++ module's names may not hold dots; the names only label errors and checkpoints.
+  static std::string flat(std::string name) {
+    for (auto& c : name) {
+      if (c == '.') c = '/';
+    }
+    return name;
+  }
+};
+
+// The exact sample-weighted reduction for a Python loop: DistributedReducer over the Python module's
+// tensors, and the division by the update's sample count summed over the ranks.
+class Reducer {
+ public:
+  Reducer(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
+          const std::vector<std::pair<std::string, torch::Tensor>>& buffers,
+          c10::intrusive_ptr<c10d::ProcessGroup> group, double bucket_cap_mb, bool broadcast_buffers,
+          const std::string& shared_memory, double timeout_s)
+      : group_(group), module_(std::make_shared<TensorsModule>(parameters, buffers)) {
+    for (const auto& [name, t] : parameters) {
+      if (t.requires_grad()) params_.push_back(t);
+    }
+    DdpOptions options;
+    options.bucket_cap_mb = bucket_cap_mb;
+    options.broadcast_buffers = broadcast_buffers;
+    options.shared_memory = parse_shared_memory_reduce(shared_memory);
+    options.shared_memory_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    reducer_ = std::make_unique<DistributedReducer>(*module_, std::move(group), options);
+  }
+
+  void before_forward() { reducer_->before_forward(); }
+  void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {
+    reducer_->before_backward(index, count, loss);
+  }
+  /// After the update's last backward: sums every gradient over the ranks, then divides it by the update's
+  /// samples over all ranks (`local_samples` summed in one allreduce). Returns that total.
+  double finish_update(double local_samples) {
+    reducer_->finish_update();
+    std::vector<at::Tensor> total{at::full({1}, local_samples, at::kDouble)};
+    group_->allreduce(total)->wait();
+    const double samples = total[0].item<double>();
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().div_(samples);
+    }
+    return samples;
+  }
+  bool gradients_in_shared_memory() const { return reducer_->gradients_in_shared_memory(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::shared_ptr<TensorsModule> module_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<DistributedReducer> reducer_;
+};
+
+// The per-rank data plan (Note [Data plan]): every rank's micro-batches of each update, as sample indices, every
+// sample of an epoch once across the ranks, in the order hetseq-train draws for the same seed.
+class Plan {
+ public:
+  Plan(int64_t dataset_size, std::vector<int64_t> batch_sizes, std::vector<int64_t> update_freqs, int64_t rank,
+       uint64_t seed, bool shuffle) {
+    DataPlan plan;
+    plan.batch_sizes = std::move(batch_sizes);
+    plan.update_freqs = update_freqs.empty() ? std::vector<int64_t>(plan.batch_sizes.size(), 1) : std::move(update_freqs);
+    plan.rank = rank;
+    plan.validate();
+    EpochIteratorOptions options;
+    options.seed = seed;
+    options.shuffle = shuffle;
+    iterator_ = std::make_unique<EpochBatchIterator>(dataset_size, plan, options);
+  }
+  void begin_epoch(int64_t epoch) { iterator_->begin_epoch(epoch); }
+  bool end_of_epoch() const { return iterator_->end_of_epoch(); }
+  std::vector<std::vector<int64_t>> next_update() { return iterator_->next_update(); }
+  int64_t updates_per_epoch() const { return iterator_->updates_per_epoch(); }
+  std::pair<int64_t, int64_t> position() const { return {iterator_->position().epoch, iterator_->position().offset}; }
+  void restore(int64_t epoch, int64_t offset) { iterator_->restore(IteratorPosition{epoch, offset}); }
+
+ private:
+  std::unique_ptr<EpochBatchIterator> iterator_;
+};
+
+}  // namespace hetseq::python
+
+PYBIND11_MODULE(_C, m) {
+  using namespace hetseq::python;
+  m.doc() = "hetseq's C++ machinery for Python training loops";
+  m.attr("__version__") = HETSEQ_VERSION_STRING;
+  m.attr("torch_version") = TORCH_VERSION;
+  auto usage = py::register_exception<hetseq::UsageError>(m, "UsageError", PyExc_ValueError);
+  auto input = py::register_exception<hetseq::InputError>(m, "InputError", PyExc_RuntimeError);
+  auto peer = py::register_exception<hetseq::PeerError>(m, "PeerError", PyExc_RuntimeError);
+  (void)usage;
+  (void)input;
+  (void)peer;
+  py::class_<Reducer>(m, "Reducer")
+      .def(py::init<const std::vector<std::pair<std::string, torch::Tensor>>&,
+                    const std::vector<std::pair<std::string, torch::Tensor>>&, c10::intrusive_ptr<c10d::ProcessGroup>,
+                    double, bool, const std::string&, double>(),
+           py::arg("parameters"), py::arg("buffers"), py::arg("group"), py::arg("bucket_cap_mb") = 25.0,
+           py::arg("broadcast_buffers") = true, py::arg("shared_memory") = "auto", py::arg("timeout_s") = 300.0,
+           py::call_guard<py::gil_scoped_release>())
+      .def("before_forward", &Reducer::before_forward, py::call_guard<py::gil_scoped_release>())
+      .def("before_backward", &Reducer::before_backward, py::call_guard<py::gil_scoped_release>())
+      .def("finish_update", &Reducer::finish_update, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("gradients_in_shared_memory", &Reducer::gradients_in_shared_memory);
+  py::class_<Plan>(m, "Plan")
+      .def(py::init<int64_t, std::vector<int64_t>, std::vector<int64_t>, int64_t, uint64_t, bool>(),
+           py::arg("dataset_size"), py::arg("batch_sizes"), py::arg("update_freqs"), py::arg("rank"), py::arg("seed"),
+           py::arg("shuffle"))
+      .def("begin_epoch", &Plan::begin_epoch)
+      .def("end_of_epoch", &Plan::end_of_epoch)
+      .def("next_update", &Plan::next_update)
+      .def("updates_per_epoch", &Plan::updates_per_epoch)
+      .def("position", &Plan::position)
+      .def("restore", &Plan::restore);
+}
