@@ -12,6 +12,7 @@ class Plan:
         self.update_freqs = list(update_freqs) if update_freqs else [1] * len(self.batch_sizes)
         self._seed, self._shuffle = seed, shuffle
         self._plans = {}
+        self._plan(0)  # checks the sizes now: a hetseq.UsageError naming the flag's meaning
 
     @property
     def micro_batches(self):
