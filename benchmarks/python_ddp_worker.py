@@ -38,7 +38,7 @@ for step in range(args.warmup + args.updates):
     start = time.perf_counter()
     optimizer.zero_grad()
     if args.system == "hetseq":
-        with wrapped.update() as u:
+        with wrapped.update(samples=batch) as u:
             u.backward(F.cross_entropy(model(x), y, reduction="sum"), batch)
             left = time.perf_counter()
         leaving.append(time.perf_counter() - left)

@@ -55,7 +55,7 @@ plan = hetseq.data.Plan(len(train_y), [int(b) for b in args.batch_sizes.split(",
 for epoch in range(1, args.epochs + 1):
     for update in plan.updates(rank, epoch):  # every sample once per epoch, across the ranks
         optimizer.zero_grad()
-        with ddp.update(plan.micro_batches) as u:
+        with ddp.update(plan.micro_batches, samples=sum(map(len, update))) as u:
             for idx in update:
                 if not idx:
                     u.skip()

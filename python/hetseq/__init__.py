@@ -54,14 +54,20 @@ class DistributedDataParallel:
         self.total_samples = 0
 
     @contextlib.contextmanager
-    def update(self, micro_batches=1):
+    def update(self, micro_batches=1, samples=None):
         """One update of `micro_batches` backward passes (the same number on every rank). On leaving, every
-        gradient is the sum over the ranks divided by the update's samples over all ranks."""
+        gradient is the sum over the ranks divided by the update's samples over all ranks. `samples`, this
+        rank's samples in the update where known beforehand (a Plan's update: sum of its lengths), lets their
+        sum over the ranks travel during the backward passes; it must equal the backward calls' sample_size."""
         self._reducer.before_forward()
+        if samples is not None:
+            self._reducer.start_samples(float(samples))
         u = _Update(self._reducer, micro_batches, self._params)
         yield u
         if u._index != micro_batches:
             raise _C.UsageError(f"an update of {micro_batches} micro-batches ran {u._index} backward passes")
+        if samples is not None and samples != u.samples:
+            raise _C.UsageError(f"update(samples={samples}) but the backward passes counted {u.samples} samples")
         self.total_samples = self._reducer.finish_update(float(u.samples))
 
     @property

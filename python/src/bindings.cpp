@@ -69,13 +69,21 @@ class Reducer {
   void before_backward(int64_t index, int64_t count, const torch::Tensor& loss) {
     reducer_->before_backward(index, count, loss);
   }
+  /// Starts the allreduce of this rank's samples in the update, before its backward passes, so that the sum
+  /// travels while they compute (as the trainer's statistics do: Note [Stat sync]).
+  void start_samples(double local_samples) {
+    samples_ = {at::full({1}, local_samples, at::kDouble)};
+    samples_work_ = group_->allreduce(samples_);
+  }
   /// After the update's last backward: sums every gradient over the ranks, then divides it by the update's
-  /// samples over all ranks (`local_samples` summed in one allreduce). Returns that total.
+  /// samples over all ranks (start_samples's sum, or `local_samples` summed now where it was not started).
+  /// Returns that total.
   double finish_update(double local_samples) {
     reducer_->finish_update();
-    std::vector<at::Tensor> total{at::full({1}, local_samples, at::kDouble)};
-    group_->allreduce(total)->wait();
-    const double samples = total[0].item<double>();
+    if (!samples_work_) start_samples(local_samples);
+    samples_work_->wait();
+    samples_work_.reset();
+    const double samples = samples_[0].item<double>();
     for (auto& p : params_) {
       if (p.grad().defined()) p.mutable_grad().div_(samples);
     }
@@ -88,6 +96,8 @@ class Reducer {
   std::shared_ptr<TensorsModule> module_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<DistributedReducer> reducer_;
+  std::vector<at::Tensor> samples_;                 // [1] this update's samples, then their sum over the ranks
+  c10::intrusive_ptr<c10d::Work> samples_work_;     // the allreduce of samples_ in flight
 };
 
 // The per-rank data plan (Note [Data plan]): every rank's micro-batches of each update, as sample indices, every
@@ -139,6 +149,7 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("before_forward", &Reducer::before_forward, py::call_guard<py::gil_scoped_release>())
       .def("before_backward", &Reducer::before_backward, py::call_guard<py::gil_scoped_release>())
+      .def("start_samples", &Reducer::start_samples, py::call_guard<py::gil_scoped_release>())
       .def("finish_update", &Reducer::finish_update, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("gradients_in_shared_memory", &Reducer::gradients_in_shared_memory);
   py::class_<Plan>(m, "Plan")

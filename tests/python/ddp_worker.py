@@ -42,7 +42,9 @@ for update in plan.updates(rank):
         idx = update[0]
         (loss_sum(ddp(xs[idx]), ys[idx]) / max(len(idx), 1)).backward()
     else:
-        with ddp.update(plan.micro_batches) as u:
+        # With `samples` the sum over the ranks travels during backward; the update_freqs case counts afterwards.
+        samples = None if scenario == "update_freqs" else sum(len(idx) for idx in update)
+        with ddp.update(plan.micro_batches, samples=samples) as u:
             for idx in update:
                 if idx:
                     u.backward(loss_sum(model(xs[idx]), ys[idx]), len(idx))
