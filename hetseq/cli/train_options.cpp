@@ -99,10 +99,11 @@ std::map<std::string, std::string> task_defaults(const std::optional<std::string
 // beside that struct (hetseq/session/common_flags.h for CommonOptions, hetseq/distributed/ddp_flags.h
 // for DdpOptions, ...), with the struct's default value as its default (flag_text), and read and checked
 // there too. So hetseq-train and a program that fills the structs itself (hetseq::train) start from the
-// same defaults, which tests/cli/test_flag_defaults.cpp checks struct by struct. This file only collects
-// the sets into one cxxopts parser, where a --task's defaults replace the general ones (task_defaults),
-// and hands the parsed texts back to the readers as FlagValues. hetseq-eval collects the sets it needs
-// the same way.
+// same defaults, which tests/cli/test_flag_defaults.cpp checks struct by struct. The optimizers and
+// schedules declare theirs the same way, from AdamOptions, FixedOptions, ... (hetseq/optim/). This file
+// only collects the sets into one cxxopts parser, where a --task's defaults replace the general ones
+// (task_defaults), and hands the parsed texts back to the readers as FlagValues. hetseq-eval collects
+// the sets it needs the same way.
 FlagSet driver_flags() {
   FlagSet flags("");
   flags.add_switch("help", "show this help (with --task T, also T's flags and defaults) and exit")

@@ -6,7 +6,8 @@
 namespace hetseq {
 
 void declare_world_flags(FlagSet& flags, const WorldOptions& d) {
-  flags.add_optional("distributed-world-size", "total number of workers across all nodes (default: this node's workers)")
+  flags.add_optional("distributed-world-size",
+                     "total number of workers across all nodes (default: this node's workers)")
       .add("distributed-rank", "global rank of this node's first worker", flag_text(d.rank))
       .add_optional("distributed-backend", "gloo or nccl (default: nccl with CUDA, gloo with --cpu or without CUDA)")
       .add_optional("distributed-init-method",

@@ -15,7 +15,8 @@ void declare_optimization_flags(FlagSet& optimization, FlagSet& schedule, const 
       .add("lr", "learning rate for the first epochs (comma list; alias --learning-rate)", flag_text(d.lr))
       .add("min-lr", "stop training when the learning rate reaches this minimum", flag_text(d.min_lr))
       .add("optimizer", fmt::format("{}", fmt::join(optim::optimizers().names(), ", ")), d.optimizer);
-  schedule.add("lr_scheduler", fmt::format("{} (alias --lr-scheduler)", fmt::join(optim::lr_schedulers().names(), ", ")),
+  schedule.add("lr_scheduler",
+               fmt::format("{} (alias --lr-scheduler)", fmt::join(optim::lr_schedulers().names(), ", ")),
                d.lr_scheduler);
   optim::declare_common_optim_flags(optimization, schedule);
 }

@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include "hetseq/cli/train_options.h"
+#include "hetseq/optim/adadelta.h"
+#include "hetseq/optim/adam.h"
 #include "hetseq/optim/common_optim_flags.h"
+#include "hetseq/optim/sgd.h"
 #include "hetseq/task/task_registry.h"
 
 using namespace hetseq;
@@ -157,6 +160,43 @@ TEST_CASE("every general flag's default is its options struct's default", "[cli]
 }
 
 #undef SAME
+
+TEST_CASE("every optimizer's flags default to its options struct's defaults", "[cli][flags]") {
+  register_task_once();
+  const FlagValues values = parse({"--task", kTask, "--max-sentences", "8"}, kTask);
+  const optim::CommonOptimOptions common = optim::read_common_optim_options(values, {0.5});
+  // The optimizer that --optimizer NAME builds from these values, over one parameter.
+  auto built = [&](const std::string& name) {
+    return optim::optimizers().get(name).configure(values, common)({torch::zeros({2}, torch::requires_grad())});
+  };
+  {
+    const auto optimizer = built("adam");
+    const auto* adam = dynamic_cast<const optim::Adam*>(optimizer.get());
+    REQUIRE(adam != nullptr);
+    const optim::AdamOptions want;
+    CHECK(adam->options().beta1 == want.beta1);
+    CHECK(adam->options().beta2 == want.beta2);
+    CHECK(adam->options().eps == want.eps);
+    CHECK(adam->options().weight_decay == want.weight_decay);
+  }
+  {
+    const auto optimizer = built("adadelta");
+    const auto* adadelta = dynamic_cast<const optim::Adadelta*>(optimizer.get());
+    REQUIRE(adadelta != nullptr);
+    const optim::AdadeltaOptions want;
+    CHECK(adadelta->options().rho == want.rho);
+    CHECK(adadelta->options().eps == want.eps);
+    CHECK(adadelta->options().weight_decay == want.weight_decay);
+  }
+  {
+    const auto optimizer = built("sgd");
+    const auto* sgd = dynamic_cast<const optim::Sgd*>(optimizer.get());
+    REQUIRE(sgd != nullptr);
+    const optim::SgdOptions want;
+    CHECK(sgd->options().momentum == want.momentum);
+    CHECK(sgd->options().weight_decay == want.weight_decay);
+  }
+}
 
 TEST_CASE("a task's defaults for general flags replace the structs' defaults, and flags given win", "[cli][flags]") {
   // MNIST's recipe: Adadelta, lr 1.01, clip-norm 100, valid-subset test (tasks/mnist/mnist_task.cpp).
