@@ -21,8 +21,8 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/world/process_group.h"
 #include "tasks/mnist/mnist_model.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/process_group.h"
 #include "hetseq/distributed/zero_shard.h"
 #include "tasks/mnist/mnist_model.h"
 

@@ -9,7 +9,7 @@
 #include "fuzz/harness.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/init_method.h"
+#include "hetseq/world/init_method.h"
 
 namespace hetseq::fuzz {
 namespace {

@@ -8,7 +8,9 @@ build="${HETSEQ_BUILD_DIR:-$root/build}"
 bash "$root/scripts/build.sh"
 cd "$build"
 code=0
-ctest --output-on-failure --timeout 600 -j "${HETSEQ_TEST_JOBS:-2}" "$@" || code=$?
+# One test more than the cores: a third of the suite's time is waiting (rendezvous timeouts, killed peers, Slurm
+# and torchrun agents, checkpoint fences), which a third test fills; tests tagged [serial] still run alone.
+ctest --output-on-failure --timeout 600 -j "${HETSEQ_TEST_JOBS:-$(( $(nproc) + 1 ))}" "$@" || code=$?
 log="$build/Testing/Temporary/LastTest.log"
 if [ -f "$log" ]; then
   # Catch2 prints "FILE:LINE: warning:" (or "warning:" on a line of its own), then the message indented

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/process_group.h"
 #include "hetseq/train/precision.h"
 
 int main(int argc, char* argv[]) {

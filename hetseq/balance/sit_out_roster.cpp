@@ -10,7 +10,7 @@
 #include "hetseq/checkpoint/checkpoint_format.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/channel/group_channel.h"
 #include "hetseq/train/controller.h"
 
 namespace hetseq {

@@ -9,9 +9,9 @@
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/data/dataset.h"
 #include "hetseq/data/plan_schedule.h"
-#include "hetseq/distributed/collective_channel.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/channel/collective_channel.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/world/world.h"
 #include "hetseq/train/update_roster.h"
 
 namespace hetseq {

@@ -46,7 +46,7 @@ struct Checkpoint : TrainingState {
   std::optional<OptimizerShardsRef> optimizer_shards;
 
   std::string task;               // --task
-  std::string model_digest;       // parameter names and shapes (hetseq/distributed/handshake.h)
+  std::string model_digest;       // parameter names and shapes (hetseq/world/handshake.h)
   std::string options;            // the compared flags (Note [Compared flags]), for the record
   std::string torch_version;      // of the LibTorch that wrote the file
   int64_t format_version = kFormatVersion;

@@ -353,7 +353,7 @@ c10::IValue tensor_list(const std::vector<torch::Tensor>& v, const TensorForm& f
   return l;
 }
 
-// The `powersgd` entry of extra_state; see Note [PowerSGD in checkpoints] (hetseq/distributed/powersgd.cpp).
+// The `powersgd` entry of extra_state; see Note [PowerSGD in checkpoints] (hetseq/reduce/powersgd_state.cpp).
 c10::IValue powersgd_entry(const PowerSgdState& p, const TensorForm& form) {
   Dict out = new_dict();
   out.insert("update", p.update);

@@ -16,7 +16,7 @@ namespace hetseq {
 
 /// PowerSGD's state between updates (--ddp-comm-hook powersgd), as a checkpoint keeps it: what
 /// PowerSgd::gather_state gives and PowerSgd::load_state takes. See Note [PowerSGD in checkpoints]
-/// (hetseq/distributed/powersgd.cpp).
+/// (hetseq/reduce/powersgd_state.cpp).
 struct PowerSgdState {
   /// One gradient bucket's state.
   struct Bucket {

@@ -3,7 +3,7 @@
 #include <torch/cuda.h>
 
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/init_method.h"
+#include "hetseq/world/init_method.h"
 
 namespace hetseq::cli {
 

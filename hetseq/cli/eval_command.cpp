@@ -5,7 +5,7 @@
 #include "hetseq/cli/flags.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 #include "hetseq/session/common_flags.h"
 #include "hetseq/session/dataset_flags.h"
 #include "hetseq/session/precision_flags.h"

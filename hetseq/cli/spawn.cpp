@@ -10,9 +10,9 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/cli/per_rank_flags.h"
-#include "hetseq/distributed/launcher.h"
-#include "hetseq/distributed/init_method.h"
-#include "hetseq/distributed/slurm_step.h"
+#include "hetseq/world/launcher.h"
+#include "hetseq/world/init_method.h"
+#include "hetseq/world/slurm_step.h"
 
 namespace hetseq::cli {
 

@@ -45,7 +45,7 @@ struct WorkerLaunchOptions {
 std::vector<std::string> worker_command_line(const WorkerLaunchOptions& flags, int64_t i, const std::string& init_method);
 
 /// Starts the `plan.workers` local worker processes of `plan` and waits for them (HetSeq's spawn; see
-/// hetseq/distributed/launcher.h). Returns the exit code of the first worker that failed, else 0.
+/// hetseq/world/launcher.h). Returns the exit code of the first worker that failed, else 0.
 int spawn_workers(const TrainOptions& options, int argc, const char* const argv[], const SpawnPlan& plan);
 
 }  // namespace hetseq::cli

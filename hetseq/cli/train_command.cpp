@@ -10,9 +10,9 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
-#include "hetseq/distributed/lost_peer.h"
-#include "hetseq/distributed/process_group.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/lost_peer.h"
+#include "hetseq/world/process_group.h"
+#include "hetseq/world/world.h"
 
 namespace hetseq::cli {
 namespace {

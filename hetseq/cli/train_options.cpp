@@ -96,7 +96,7 @@ std::map<std::string, std::string> task_defaults(const std::optional<std::string
 // Note [One declaration per flag]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Each general flag is declared once, on a FlagSet, by the component whose options struct it fills,
-// beside that struct (hetseq/session/common_flags.h for CommonOptions, hetseq/distributed/ddp_flags.h
+// beside that struct (hetseq/session/common_flags.h for CommonOptions, hetseq/reduce/ddp_flags.h
 // for DdpOptions, ...), with the struct's default value as its default (flag_text), and read and checked
 // there too. So hetseq-train and a program that fills the structs itself (hetseq::train) start from the
 // same defaults, which tests/cli/test_flag_defaults.cpp checks struct by struct. The optimizers and

@@ -2,8 +2,8 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/flag_text.h"
-#include "hetseq/distributed/ddp_flags.h"
-#include "hetseq/distributed/world_flags.h"
+#include "hetseq/reduce/ddp_flags.h"
+#include "hetseq/world/world_flags.h"
 
 namespace hetseq {
 

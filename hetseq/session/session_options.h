@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "hetseq/checkpoint/save_options.h"
-#include "hetseq/distributed/ddp_options.h"
-#include "hetseq/distributed/world_options.h"
+#include "hetseq/reduce/ddp_options.h"
+#include "hetseq/world/world_options.h"
 #include "hetseq/distributed/zero_sharding.h"
 #include "hetseq/observe/log_format.h"
 #include "hetseq/optim/registry.h"

@@ -10,7 +10,7 @@
 #include "hetseq/core/format.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 #include "hetseq/session/train_session.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/training_observer.h"

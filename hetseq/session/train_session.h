@@ -12,7 +12,7 @@
 #include "hetseq/train/checkpointer.h"
 #include "hetseq/data/plan_schedule.h"
 #include "hetseq/core/flag_set.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 #include "hetseq/session/session_options.h"
 #include "hetseq/session/train.h"
 #include "hetseq/task/task.h"

@@ -8,7 +8,7 @@
 #include "hetseq/checkpoint/checkpoint_manager.h"
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/epoch_batch_iterator.h"
-#include "hetseq/distributed/save_fence.h"
+#include "hetseq/world/save_fence.h"
 #include "hetseq/train/controller.h"
 
 namespace hetseq {

@@ -4,7 +4,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 
 namespace hetseq {
 

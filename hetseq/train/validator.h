@@ -9,7 +9,7 @@
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/dataset.h"
 #include "hetseq/task/task.h"
-#include "hetseq/distributed/collective_channel.h"
+#include "hetseq/channel/collective_channel.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/observe/progress.h"
 

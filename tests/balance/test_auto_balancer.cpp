@@ -11,7 +11,7 @@
 #include "hetseq/balance/cost_window.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/channel/group_channel.h"
 #include "support/error_message.h"
 #include "support/rank_threads.h"
 

@@ -15,7 +15,7 @@
 #include "cuda/cuda_skip.h"
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/checkpoint/training_state.h"
-#include "hetseq/distributed/powersgd.h"
+#include "hetseq/reduce/powersgd.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"

@@ -15,8 +15,8 @@
 
 #include "cuda/cuda_skip.h"
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/world/process_group.h"
 #include "support/rank_threads.h"
 
 using hetseq::DdpOptions;

@@ -14,10 +14,10 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/comm_hook.h"
-#include "hetseq/distributed/counting_backend.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/reduce/comm_hook.h"
+#include "hetseq/world/counting_backend.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/channel/group_channel.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"

@@ -15,9 +15,9 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/counting_backend.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/world/counting_backend.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/channel/group_channel.h"
 #include "support/tensor_lists.h"
 #include "support/rank_threads.h"
 

@@ -1,5 +1,5 @@
 // --debug-collectives: c10d's ProcessGroupWrapper checks each collective across the ranks before it
-// runs (hetseq/distributed/process_group.h).
+// runs (hetseq/world/process_group.h).
 #include <stdexcept>
 #include <thread>
 
@@ -8,9 +8,9 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/distributed/counting_backend.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/counting_backend.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/world/process_group.h"
 #include "support/mnist_files.h"
 #include "support/rank_threads.h"
 #include "support/subprocess.h"

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/world.h"
+#include "hetseq/world/world.h"
 #include "support/error_message.h"
 
 using hetseq::cuda_device_for;

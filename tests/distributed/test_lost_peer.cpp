@@ -25,7 +25,7 @@
 #include "hetseq/cli/train_command.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/lost_peer.h"
+#include "hetseq/world/lost_peer.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"

@@ -18,7 +18,7 @@
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/powersgd.h"
+#include "hetseq/reduce/powersgd.h"
 #include "support/error_message.h"
 #include "support/tensor_lists.h"
 #include "support/rank_threads.h"

@@ -8,8 +8,8 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/rendezvous_keys.h"
-#include "hetseq/distributed/save_fence.h"
+#include "hetseq/world/rendezvous_keys.h"
+#include "hetseq/world/save_fence.h"
 #include "support/rank_threads.h"
 #include "support/subprocess.h"
 

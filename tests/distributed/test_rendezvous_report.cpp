@@ -9,8 +9,8 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/distributed/rendezvous.h"
-#include "hetseq/distributed/rendezvous_keys.h"
+#include "hetseq/world/rendezvous.h"
+#include "hetseq/world/rendezvous_keys.h"
 #include "support/error_message.h"
 
 using namespace hetseq;

@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/shm_reduce.h"
+#include "hetseq/reduce/shm_reduce.h"
 #include "support/rank_threads.h"
 
 using hetseq::SharedMemoryReduce;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/slurm_step.h"
+#include "hetseq/world/slurm_step.h"
 #include "support/error_message.h"
 
 using hetseq::parse_tasks_per_node;

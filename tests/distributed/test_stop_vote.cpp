@@ -2,8 +2,8 @@
 // every rank learns it from the same collective, whatever path the statistics take.
 #include <catch2/catch.hpp>
 
-#include "hetseq/distributed/counting_backend.h"
-#include "hetseq/distributed/stat_sync.h"
+#include "hetseq/world/counting_backend.h"
+#include "hetseq/channel/stat_sync.h"
 #include "support/rank_threads.h"
 
 using namespace hetseq;

@@ -25,8 +25,8 @@ for f in include/hetseq/hetseq.h include/hetseq/version.h include/hetseq/task/mo
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
 ls "$prefix"/lib/libhetseq.so* >/dev/null 2>&1 || fail "libhetseq.so is not installed"
-for f in cli/train_options.h train/controller.h distributed/ddp_reducer.h checkpoint/checkpoint.h \
-         distributed/world.h session/train_session.h; do
+for f in cli/train_options.h train/controller.h reduce/ddp_reducer.h checkpoint/checkpoint.h \
+         world/world.h session/train_session.h; do
   [ ! -e "$prefix/include/hetseq/$f" ] || fail "the internal header hetseq/$f is installed"
 done
 [ -e "$prefix/include/hetseq/session/train.h" ] || fail "hetseq/session/train.h (hetseq::train) is not installed"

@@ -12,7 +12,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
-#include "hetseq/distributed/process_group.h"
+#include "hetseq/world/process_group.h"
 
 namespace hetseq::test {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "hetseq/distributed/ddp_options.h"
+#include "hetseq/reduce/ddp_options.h"
 
 namespace hetseq::test {
 

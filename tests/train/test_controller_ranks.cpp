@@ -15,8 +15,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/channel/group_channel.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"

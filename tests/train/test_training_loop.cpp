@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
-#include "hetseq/distributed/ddp_reducer.h"
-#include "hetseq/distributed/group_channel.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/channel/group_channel.h"
 #include "hetseq/optim.h"
 #include "hetseq/train/training_loop.h"
 #include "support/mnist_files.h"

@@ -1,0 +1,340 @@
+#include "hetseq/channel/stat_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
+#include "hetseq/world/lost_peer.h"
+
+namespace hetseq {
+namespace {
+
+// FNV-1a over the names, each followed by a NUL so that {"ab"} and {"a", "b"} differ.
+uint32_t hash_names(const LogSums& sums) {
+  uint32_t h = 2166136261u;
+  auto mix = [&h](unsigned char c) {
+    h ^= c;
+    h *= 16777619u;
+  };
+  for (const auto& [name, value] : sums) {
+    for (unsigned char c : name) mix(c);
+    mix(0);
+  }
+  return h;
+}
+
+std::vector<std::string> names_of(const LogSums& sums) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : sums) names.push_back(name);
+  return names;
+}
+
+// Serialised LogSums: per entry a uint32 name length, the name's bytes, the value as 8 raw bytes.
+std::vector<uint8_t> serialise(const LogSums& sums) {
+  std::vector<uint8_t> out;
+  for (const auto& [name, value] : sums) {
+    const auto length = static_cast<uint32_t>(name.size());
+    const size_t at = out.size();
+    out.resize(at + sizeof(length) + name.size() + sizeof(value));
+    std::memcpy(out.data() + at, &length, sizeof(length));
+    std::memcpy(out.data() + at + sizeof(length), name.data(), name.size());
+    std::memcpy(out.data() + at + sizeof(length) + name.size(), &value, sizeof(value));
+  }
+  return out;
+}
+
+LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
+  LogSums sums;
+  size_t at = 0;
+  while (at < size) {
+    uint32_t length = 0;
+    HETSEQ_ASSERT(at + sizeof(length) <= size, "stat sync: truncated entry from rank {}", from_rank);
+    std::memcpy(&length, data + at, sizeof(length));
+    at += sizeof(length);
+    HETSEQ_ASSERT(at + length + sizeof(double) <= size, "stat sync: truncated entry from rank {}", from_rank);
+    std::string name(reinterpret_cast<const char*>(data + at), length);
+    at += length;
+    double value = 0;
+    std::memcpy(&value, data + at, sizeof(value));
+    at += sizeof(value);
+    sums[name] = value;
+  }
+  return sums;
+}
+
+}  // namespace
+
+// Note [Stat sync]
+// ~~~~~~~~~~~~~~~~
+// The sums of an update (loss, nll_loss, ntokens, sample_size, ...) are added over the ranks with one
+// collective that the Controller starts before the update's last backward (start()), as soon as the
+// task has computed its last micro-batch's loss and statistics, so that it runs while backward
+// computes and the gradient buckets are reduced; finish() after backward then only collects a result
+// that is already there. The global sample count S travels in a slot of its own, valid whatever the
+// names, so that the comm hooks can read it during backward (sample_size(); see Note [Comm hooks]).
+// No statistics round trip is left after backward in the steady state: last_extra_rounds() counts
+// the ones that remain, and a test holds it at 0. A collective needs the same size on every rank, and
+// a rank cannot know the others' names, so every layout is cut for the number n of names that all
+// ranks reported the last time they agreed (0 before the first call); a rank that reports another
+// count sends zeros in place of its values, and the collective tells every rank so. The updates keep
+// their n apart from the other sums (validation, the per-rank summary's gathers: Channel), so that
+// those do not cost the next update a round. V (V_r) is the rank's vote to stop the run after this
+// update (Note [Clean stops]): 0 or 1, summed like the count, so every rank learns the number of votes
+// from the first collective whatever the names.
+//
+// Fast (--fast-stat-sync): one allreduce(SUM) of a float64 tensor
+//     [ v_0 .. v_{n-1} | h_0 c_0 | h_1 c_1 | ... | h_{W-1} c_{W-1} | S | V ]
+// where the v are the values in the order of their sorted names, and rank r writes the 32-bit hash
+// h_r of its names and their count c_r into its own pair of slots (zeros elsewhere). Integers below
+// 2^53 add exactly in float64, so every rank ends up with every rank's (h, c), and every rank takes
+// the same branch:
+//  * the pairs differ only in that some ranks report no statistic at all (a rank without samples,
+//    e.g. without a validation batch when the split is smaller than the ranks' batches): every rank
+//    sums the serialised statistics (below), which gives those ranks the names too;
+//  * otherwise, when the pairs differ across ranks: every rank throws the same error, naming the
+//    ranks, instead of adding up values that belong to different names;
+//  * they agree and their count is n: the values are the sums (the one-allreduce steady state);
+//  * they agree on another count (the first call, or all ranks switched names together, as between
+//    training and validation): every rank now knows the new n and sends its values again at that
+//    size. So a change of names costs one more small allreduce.
+//
+// Gathered (the default): one allgather of a float64 row per rank, [ s_r | h_r | c_r | V_r | v_0 .. v_{n-1} ].
+// When every rank sent the same (h, c) with c = n, each rank keeps every rank's values (for per-rank
+// logging) and adds them in rank order, so that every rank gets bitwise the same totals. Otherwise
+// (the names changed, or differ between ranks) every rank falls back to the serialised sums: an
+// allgather of the byte length of every rank's serialised sums, then an allgather of the serialised
+// sums padded to the longest; a name missing on a rank counts as 0 there, the totals are added in
+// rank order as above, and when all ranks reported the same names their count becomes the new n.
+
+StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast)
+    : group_(std::move(group)), device_(device), fast_(fast) {
+  HETSEQ_ASSERT(group_, "StatSync built without a process group");
+  rank_ = group_->getRank();
+  world_size_ = group_->getSize();
+}
+
+LogSums StatSync::sum(const LogSums& local, Channel channel) {
+  start(local, channel);
+  return finish();
+}
+
+void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+  wait_for_peers(work, rank_, world_size_, fmt::format("{} of the statistics", what));
+}
+
+void StatSync::start(const LogSums& local, Channel channel, bool stop) {
+  HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
+  extra_rounds_ = 0;
+  stop_votes_ = 0;
+  launch(local, channel, agreed_count_[channel], stop);
+}
+
+void StatSync::launch(const LogSums& local, Channel channel, int64_t count, bool stop) {
+  const int64_t n = static_cast<int64_t>(local.size());
+  const double hash = static_cast<double>(hash_names(local));
+  const double sample_size = sum_or(local, "sample_size");
+  Pending p;
+  p.local = local;
+  p.channel = channel;
+  p.count = count;
+  p.stop = stop;
+  torch::Tensor row;
+  if (fast_) {
+    row = torch::zeros({count + 2 * world_size_ + 2}, torch::TensorOptions().dtype(torch::kFloat64));
+    auto a = row.accessor<double, 1>();
+    if (n == count) {
+      int64_t i = 0;
+      for (const auto& [name, value] : local) a[i++] = value;
+    }
+    a[count + 2 * rank_] = hash;
+    a[count + 2 * rank_ + 1] = static_cast<double>(n);
+    a[count + 2 * world_size_] = sample_size;
+    a[count + 2 * world_size_ + 1] = stop ? 1.0 : 0.0;
+  } else {
+    row = torch::zeros({4 + count}, torch::TensorOptions().dtype(torch::kFloat64));
+    auto a = row.accessor<double, 1>();
+    a[0] = sample_size;
+    a[1] = hash;
+    a[2] = static_cast<double>(n);
+    a[3] = stop ? 1.0 : 0.0;
+    if (n == count) {
+      int64_t i = 4;
+      for (const auto& [name, value] : local) a[i++] = value;
+    }
+  }
+  p.in.push_back(row.to(device_));
+  if (fast_) {
+    p.work = group_->allreduce(p.in);
+  } else {
+    p.out.resize(1);
+    for (int64_t r = 0; r < world_size_; ++r) p.out[0].push_back(torch::empty_like(p.in[0]));
+    p.work = group_->allgather(p.out, p.in);
+  }
+  pending_ = std::move(p);
+  rows_.clear();
+}
+
+const std::vector<torch::Tensor>& StatSync::rows() {
+  HETSEQ_ASSERT(pending_, "StatSync: no sum was started");
+  if (!pending_->waited) {
+    wait(pending_->work, fast_ ? "allreduce (--fast-stat-sync)" : "allgather");
+    pending_->waited = true;
+    rows_.clear();
+    if (fast_) {
+      rows_.push_back(pending_->in[0].cpu());
+    } else {
+      for (const auto& t : pending_->out[0]) rows_.push_back(t.cpu());
+    }
+    stop_votes_ = 0;
+    for (const auto& row : rows_) {
+      const auto a = row.accessor<double, 1>();
+      stop_votes_ += static_cast<int64_t>(fast_ ? a[pending_->count + 2 * world_size_ + 1] : a[3]);
+    }
+  }
+  return rows_;
+}
+
+double StatSync::sample_size() {
+  const std::vector<torch::Tensor>& r = rows();
+  if (fast_) return r[0].accessor<double, 1>()[pending_->count + 2 * world_size_];
+  double total = 0;
+  for (const auto& row : r) total += row.accessor<double, 1>()[0];
+  return total;
+}
+
+LogSums StatSync::finish() {
+  HETSEQ_ASSERT(pending_, "StatSync::finish without start");
+  struct Clear {  // the sum is over, however it ends
+    std::optional<Pending>& pending;
+    ~Clear() { pending.reset(); }
+  } clear{pending_};
+  return fast_ ? finish_fast() : finish_gathered();
+}
+
+LogSums StatSync::finish_fast() {
+  per_rank_.clear();
+  const LogSums local = pending_->local;
+  const int64_t n = static_cast<int64_t>(local.size());
+
+  // The [W] pairs (hash, count) of every rank, from a summed buffer in which each rank filled its own.
+  auto read_pairs = [&](const torch::Tensor& summed, int64_t offset) {
+    std::vector<std::pair<uint32_t, int64_t>> pairs;  // [rank]
+    auto a = summed.accessor<double, 1>();
+    for (int64_t r = 0; r < world_size_; ++r) {
+      pairs.emplace_back(static_cast<uint32_t>(a[offset + 2 * r]), static_cast<int64_t>(a[offset + 2 * r + 1]));
+    }
+    return pairs;
+  };
+  // Whether the ranks agree (false), or only ranks without any statistic (no samples, e.g. no
+  // validation batch) differ from the others, which agree (true: the union is gathered instead, so
+  // that those ranks learn the names too). Any other disagreement is an error.
+  auto check_pairs = [&](const std::vector<std::pair<uint32_t, int64_t>>& pairs) {
+    if (std::all_of(pairs.begin(), pairs.end(), [&](const auto& p) { return p == pairs[0]; })) return false;
+    std::vector<std::pair<uint32_t, int64_t>> reporting;
+    for (const auto& p : pairs) {
+      if (p.second != 0) reporting.push_back(p);
+    }
+    if (std::all_of(reporting.begin(), reporting.end(), [&](const auto& p) { return p == reporting[0]; })) return true;
+    std::map<std::pair<uint32_t, int64_t>, std::vector<int64_t>> groups;  // [(hash, count)] ranks
+    for (int64_t r = 0; r < world_size_; ++r) groups[pairs[r]].push_back(r);
+    std::vector<std::string> parts;
+    for (const auto& [pair, ranks] : groups) {
+      parts.push_back(fmt::format("ranks [{}] report {} names (hash {:08x})", fmt::join(ranks, ", "), pair.second,
+                                  pair.first));
+    }
+    throw InputError(fmt::format(
+        "--fast-stat-sync: the ranks report different statistics: {}; this rank ({}) reports [{}]. With "
+        "--fast-stat-sync every rank must report the same names; run without it to sum the union of the names",
+        fmt::join(parts, "; "), rank_, fmt::join(names_of(local), ", ")));
+  };
+
+  // See Note [Stat sync]: at most two rounds, the second only when every rank's names changed to a
+  // different count.
+  for (;;) {
+    const int64_t count = pending_->count;
+    const torch::Tensor summed = rows()[0];
+    if (check_pairs(read_pairs(summed, count))) {
+      extra_rounds_ += 2;
+      return sum_serialised(local);
+    }
+    if (n != count) {
+      agreed_count_[pending_->channel] = n;  // every rank has n names now: send the values again at that size
+      ++extra_rounds_;
+      launch(local, pending_->channel, n, pending_->stop);
+      continue;
+    }
+    LogSums total;
+    auto a = summed.accessor<double, 1>();
+    int64_t i = 0;
+    for (const auto& [name, value] : local) total[name] = a[i++];
+    return total;
+  }
+}
+
+LogSums StatSync::finish_gathered() {
+  const LogSums local = pending_->local;
+  const int64_t n = static_cast<int64_t>(local.size());
+  const int64_t count = pending_->count;
+  const std::vector<torch::Tensor>& r = rows();
+  const auto mine = r[static_cast<size_t>(rank_)].accessor<double, 1>();
+  const bool agree = n == count && std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
+                       const auto a = row.accessor<double, 1>();
+                       return a[1] == mine[1] && a[2] == mine[2];
+                     });
+  if (!agree) {
+    extra_rounds_ += 2;
+    LogSums total = sum_serialised(local);
+    const std::vector<std::string> names = names_of(per_rank_[0]);
+    if (std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
+      agreed_count_[pending_->channel] = static_cast<int64_t>(names.size());
+    }
+    return total;
+  }
+  per_rank_.clear();
+  LogSums total;
+  for (const torch::Tensor& row : r) {
+    const auto a = row.accessor<double, 1>();
+    LogSums sums;
+    int64_t i = 4;
+    for (const auto& [name, value] : local) sums[name] = a[i++];
+    for (const auto& [name, value] : sums) total[name] += value;
+    per_rank_.push_back(std::move(sums));
+  }
+  return total;
+}
+
+LogSums StatSync::sum_serialised(const LogSums& local) {
+  const std::vector<uint8_t> bytes = serialise(local);
+
+  std::vector<torch::Tensor> length_in{
+      torch::full({1}, static_cast<int64_t>(bytes.size()), torch::TensorOptions().dtype(torch::kInt64)).to(device_)};
+  std::vector<std::vector<torch::Tensor>> length_out(1);
+  for (int64_t r = 0; r < world_size_; ++r) length_out[0].push_back(torch::empty_like(length_in[0]));
+  wait(group_->allgather(length_out, length_in), "allgather of the lengths");
+  std::vector<int64_t> lengths;  // [rank] bytes
+  for (const auto& t : length_out[0]) lengths.push_back(t.cpu().item<int64_t>());
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
+
+  torch::Tensor padded = torch::zeros({longest}, torch::TensorOptions().dtype(torch::kUInt8));
+  if (!bytes.empty()) std::memcpy(padded.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<torch::Tensor> data_in{padded.to(device_)};
+  std::vector<std::vector<torch::Tensor>> data_out(1);
+  for (int64_t r = 0; r < world_size_; ++r) data_out[0].push_back(torch::empty_like(data_in[0]));
+  wait(group_->allgather(data_out, data_in), "allgather");
+
+  per_rank_.clear();
+  LogSums total;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    const torch::Tensor received = data_out[0][r].cpu().contiguous();
+    per_rank_.push_back(deserialise(received.data_ptr<uint8_t>(), static_cast<size_t>(lengths[r]), r));
+    for (const auto& [name, value] : per_rank_.back()) total[name] += value;
+  }
+  return total;
+}
+
+}  // namespace hetseq

@@ -1,0 +1,166 @@
+#include "hetseq/world/world.h"
+
+#include <algorithm>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/cuda.h>
+#ifdef HETSEQ_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/world/init_method.h"
+#include "hetseq/world/launcher.h"
+#include "hetseq/world/process_group.h"
+
+namespace hetseq {
+namespace {
+
+std::atomic<bool> g_joined{false};  // a distributed World of this process has joined
+
+[[noreturn]] void exit_at_once(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+// Whether the flags and the environment make this worker one of several.
+bool is_distributed(const WorldOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.world_size.value_or(1) > 1) return true;
+  if (o.init_method == "env://" || (o.init_method.empty() && launched_by_torchrun(env))) {
+    return env.count("WORLD_SIZE") != 0;
+  }
+  if (o.init_method.empty()) return env.count("SLURM_NTASKS") != 0 && env.at("SLURM_NTASKS") != "1";
+  return false;
+}
+
+}  // namespace
+
+// Note [Joining a world]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A worker joins in two steps. The constructor only reads: the flags and the environment (env:// as
+// torchrun sets it, Slurm's variables) give the rank, the world size and the local rank, hence the
+// device (local rank i uses CUDA device i), which is made current at once, before any process group
+// or CUDA context exists, so that NCCL and every allocation land on this worker's GPU. The task and
+// model are built next, on that device; join() then needs them only for the start handshake (model
+// digest, compared flags, data plan). join() runs rendezvous (store and start barrier), handshake and
+// process group; leave() runs the final barrier and exits at once, because Gloo's teardown has been
+// seen to spin for minutes. Gloo is registered for CPU and, where LibTorch has CUDA, CUDA tensors, so
+// that a GPU rank can train with CPU ranks over Gloo.
+//
+// Under torchrun (TORCHELASTIC_RUN_ID set) an empty --distributed-init-method means env://, and when
+// the agent says TORCHELASTIC_USE_AGENT_STORE it already hosts the store at MASTER_ADDR:MASTER_PORT,
+// so rank 0 connects to it as a client instead of trying to host one there. That store outlives a
+// restart of the workers, so every key carries the attempt (Note [Rendezvous keys]).
+int64_t cuda_device_for(std::optional<int64_t> local_rank, int64_t device_id, int64_t visible_devices) {
+  if (local_rank) {
+    if (*local_rank < visible_devices) return *local_rank;
+    if (visible_devices == 1) return 0;
+    throw UsageError(fmt::format(
+        "local rank {} (from the launcher's environment) has no CUDA device: this process sees {}; give each "
+        "node's workers all its devices, or each worker exactly one (e.g. srun --gpus-per-task=1)",
+        *local_rank, visible_devices));
+  }
+  if (device_id < 0 || device_id >= visible_devices) {
+    throw UsageError(fmt::format("--device-id {}: this process sees {} CUDA device(s) (numbered from 0)", device_id,
+                                 visible_devices));
+  }
+  return device_id;
+}
+
+World::World(const WorldOptions& o)
+    : timeout_(o.timeout),
+      rendezvous_timeout_(o.rendezvous_timeout),
+      checkpoint_timeout_(o.checkpoint_timeout),
+      debug_collectives_(o.debug_collectives) {
+  const auto environment = process_environment();
+  distributed_ = is_distributed(o, environment);
+  rendezvous_.init_method = o.init_method;
+  if (rendezvous_.init_method.empty() && launched_by_torchrun(environment)) rendezvous_.init_method = "env://";
+  rendezvous_.world_size = o.world_size;
+  rendezvous_.rank = o.rank;
+  rendezvous_.timeout = o.rendezvous_timeout;
+  if (distributed_) {
+    const InitMethod method = parse_init_method(rendezvous_.init_method, environment);
+    const bool from_environment = method.kind == InitMethod::Kind::kEnv || method.kind == InitMethod::Kind::kSlurm;
+    if (from_environment && !o.rank_given) rendezvous_.rank.reset();  // RANK / SLURM_PROCID say
+    resolve_ranks(method, environment, rendezvous_.world_size, rendezvous_.rank, local_rank_);
+    // torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT and says so (Note [Joining a world]).
+    const auto agent = environment.find("TORCHELASTIC_USE_AGENT_STORE");
+    const bool agent_store = agent != environment.end() && (agent->second == "True" || agent->second == "1");
+    rendezvous_.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0 || agent_store;
+    if (method.kind != InitMethod::Kind::kFile) master_host_ = method.host;
+  } else {
+    rendezvous_.world_size = 1;
+    rendezvous_.rank = 0;
+  }
+  rank_ = *rendezvous_.rank;
+  world_size_ = *rendezvous_.world_size;
+  if (!o.cpu && torch::cuda::is_available()) {
+    const int64_t device_index =
+        cuda_device_for(local_rank_, o.device_id, static_cast<int64_t>(torch::cuda::device_count()));
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+#ifdef HETSEQ_WITH_CUDA
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
+#endif
+  }
+  backend_ = !o.backend.empty() ? o.backend : (device_.is_cuda() ? "nccl" : "gloo");
+}
+
+std::vector<WorkerInfo> World::join(WorkerInfo mine) {
+  mine.rank = rank_;
+  mine.world_size = world_size_;
+  if (!distributed_) return {mine};
+  joined_ = rendezvous(rendezvous_);
+  g_joined = true;
+  auto infos = exchange_worker_info(*joined_->store, mine, rendezvous_timeout_);
+  ProcessGroupOptions pg;
+  pg.backend = backend_;
+  pg.timeout = timeout_;
+  pg.master_host = master_host_;
+  pg.debug_collectives = debug_collectives_;
+  group_ = make_process_group(joined_->store, rank_, world_size_, pg);
+  return infos;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::subgroup(const std::vector<int64_t>& ranks) {
+  HETSEQ_ASSERT(joined_ && group_, "World::subgroup before join()");
+  if (static_cast<int64_t>(ranks.size()) == world_size_) return group_;
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  HETSEQ_ASSERT(it != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()),
+                "World::subgroup: rank {} not among the ranks [{}]", rank_, fmt::join(ranks, ","));
+  auto& kept = subgroups_[ranks];
+  if (!kept) {
+    ProcessGroupOptions pg;
+    pg.backend = backend_;
+    pg.timeout = timeout_;
+    pg.master_host = master_host_;
+    pg.debug_collectives = debug_collectives_;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("subgroup/{}", fmt::join(ranks, ",")),
+                                                        joined_->store);
+    kept = make_process_group(store, it - ranks.begin(), static_cast<int64_t>(ranks.size()), pg);
+  }
+  return kept;
+}
+
+void World::leave(int exit_code) {
+  if (!joined_) return;
+  leave_rendezvous(*joined_, rendezvous_timeout_);
+  exit_at_once(exit_code);
+}
+
+void World::finish() {
+  if (joined_) leave_rendezvous(*joined_, rendezvous_timeout_);
+}
+
+void World::abandon(int exit_code) {
+  if (g_joined) exit_at_once(exit_code);
+}
+
+}  // namespace hetseq
