@@ -2,27 +2,35 @@
 
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/cli/train_command.h"
+#include "hetseq/cli/flags.h"
 #include "hetseq/cli/train_options.h"
 #include "hetseq/core/error.h"
-#include "hetseq/cli/flags.h"
-#include "hetseq/core/parse.h"
 #include "hetseq/world/world.h"
+#include "hetseq/session/common_flags.h"
+#include "hetseq/session/dataset_flags.h"
+#include "hetseq/session/precision_flags.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/validator.h"
 
 namespace hetseq::cli {
 namespace {
 
+// hetseq-eval's flags: hetseq-train's first group and its precision flags, and in "Evaluation" the model
+// file and three of the dataset flags, declared where hetseq-train's are (default batch: 256 samples).
 cxxopts::Options make_eval_parser(const std::optional<std::string>& task) {
-  const DefaultOf d = defaults_from(task_defaults(task));
+  const DefaultOf task_default = defaults_from(task_defaults(task));
   cxxopts::Options parser("hetseq-eval", "Evaluates a saved hetseq model on data splits.");
-  add_common_flags(parser, task);
-  add_precision_flags(parser, task);
-  parser.add_options("Evaluation")
-      ("path", "the model file (checkpoint) to evaluate", text_flag(d, "path", "checkpoints/checkpoint_last.pt"))
-      ("valid-subset", "comma-separated splits to evaluate", text_flag(d, "valid-subset", "valid"))
-      ("max-sentences", "samples per batch", text_flag(d, "max-sentences", "256"))
-      ("num-workers", "background threads that build batches", text_flag(d, "num-workers", "1"));
+  FlagSet common = driver_flags();
+  declare_common_flags(common);
+  FlagSet precision("Mixed precision");
+  declare_precision_flags(precision);
+  DatasetOptions eval_batches;
+  eval_batches.max_sentences = {256};
+  FlagSet dataset("Dataset and data loading");
+  declare_dataset_flags(dataset, eval_batches);
+  FlagSet evaluation = dataset.subset("Evaluation", {"num-workers", "max-sentences", "valid-subset"});
+  evaluation.add("path", "the model file (checkpoint) to evaluate", "checkpoints/checkpoint_last.pt");
+  for (const FlagSet& flags : {common, precision, evaluation}) add_flag_set(parser, flags, task_default);
   add_task_flags(parser, task);
   return parser;
 }
@@ -35,13 +43,18 @@ int evaluate(int argc, const char* const argv[]) {
     std::cout << parser.help() << std::endl;
     return 0;
   }
-  const CommonOptions common = read_common(args);
-  const MixedPrecisionOptions precision = read_precision(args);
+  const FlagValues values = flag_values(args);
+  const CommonOptions common = read_common_options(values);
+  const MixedPrecisionOptions precision = read_precision_options(values);
   apply_to_process(common);
-  const int64_t batch_size = flag_integer(args, "max-sentences");
-  if (batch_size <= 0) throw UsageError("--max-sentences must be positive");
+  const std::vector<int64_t> batch_sizes = read_max_sentences(values);
+  if (batch_sizes.size() != 1) {
+    throw UsageError(fmt::format("--max-sentences: {} values given; hetseq-eval runs one worker, give one",
+                                 batch_sizes.size()));
+  }
+  const int64_t batch_size = batch_sizes.front();
   ValidatorOptions vopts;
-  vopts.num_workers = flag_integer(args, "num-workers");
+  vopts.num_workers = read_num_workers(values);
   vopts.precision = precision.precision;
   WorldOptions single;
   single.cpu = common.cpu;
@@ -51,13 +64,13 @@ int evaluate(int argc, const char* const argv[]) {
   TaskContext context;
   context.device = vopts.device;
   context.seed = common.seed;
-  std::unique_ptr<Task> task = TaskRegistry::global().get(common.task).create(flag_values(args), context);
+  std::unique_ptr<Task> task = TaskRegistry::global().get(common.task).create(values, context);
   std::shared_ptr<torch::nn::Module> model = task->build_model();
-  load_model(*model, args["path"].as<std::string>());
+  load_model(*model, values.text("path"));
   model->to(vopts.device);
   Validator validator(*task, nullptr, DataPlan::single(batch_size, 1), vopts);
   ProgressLogger progress(common.log_format, false, 1);
-  for (const auto& split : split_names("valid-subset", args["valid-subset"].as<std::string>())) {
+  for (const auto& split : read_valid_subsets(values)) {
     progress.log(0, "valid", validator.stats(validator.run(task->load_dataset(split), *model), 0), split);
   }
   return 0;

@@ -1,7 +1,9 @@
 #pragma once
 /// The command line of hetseq-train: flags spelled and grouped as HetSeq spells and groups them, read
-/// into the session's typed option structs (hetseq/session/session_options.h). Only the drivers read
-/// the command line; tasks, optimizers and schedules get FlagValues.
+/// into the session's typed option structs (hetseq/session/session_options.h). The flags are declared
+/// and read beside those structs (hetseq/session/*_flags.h and the components' own *_flags.h); this
+/// file only collects them into one parser. Only the drivers read the command line; tasks, optimizers
+/// and schedules get FlagValues.
 
 #include <cstdint>
 #include <map>
@@ -29,6 +31,17 @@ void load_user_dirs(int argc, const char* const argv[]);
 /// The defaults that the task named by `task` sets for general flags (empty for no or an unknown task).
 std::map<std::string, std::string> task_defaults(const std::optional<std::string>& task);
 
+/// The driver's own flags, in the first help group: --help (-h), --user-dir and --data (the task's path,
+/// read by the task).
+FlagSet driver_flags();
+
+/// Every general flag of hetseq-train, collected from the components that declare them, each set a help
+/// group in --help's order: the driver's and CommonOptions' (first group), then MixedPrecisionOptions',
+/// DatasetOptions', OptimizationOptions' (with the registered optimizers' and schedules' own flags),
+/// DistributedOptions', AutoBalanceOptions', CheckpointOptions' and ObserveOptions'. Each default is the
+/// options struct's: see Note [One declaration per flag].
+std::vector<FlagSet> general_flags();
+
 /// Builds the parser with every general flag and every registered task's flags; when `task` names a
 /// registered task, its defaults replace the general ones.
 cxxopts::Options make_train_parser(const std::optional<std::string>& task);
@@ -44,19 +57,9 @@ void add_flag_set(cxxopts::Options& parser, const FlagSet& flags, const DefaultO
 void add_task_flags(cxxopts::Options& parser, const std::optional<std::string>& task = std::nullopt);
 
 /// Every flag with a value, as text: given (the last time it appears), else its default; switches as
-/// "true" or "false". What tasks, optimizers and schedules read their flags from.
+/// "true" or "false"; with the names given on the command line (FlagValues::given). What the general
+/// flags' readers, tasks, optimizers and schedules read their flags from.
 FlagValues flag_values(const cxxopts::ParseResult& args);
-
-/// The flag groups of hetseq-train, each with the defaults of `task` (see task_defaults); hetseq-eval
-/// reuses the common and precision groups.
-void add_common_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_precision_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_dataset_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_optimization_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_distributed_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_balance_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_checkpoint_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
-void add_observe_flags(cxxopts::Options& parser, const std::optional<std::string>& task);
 
 /// `argv` with HetSeq's second spellings (--batch-size, --lr-scheduler, --local_rank, ...) replaced
 /// by the primary ones, as the parser and the launcher see them.
@@ -69,16 +72,9 @@ cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, cons
 /// as text, keyed `--name`: what the ranks compare at start. See Note [Compared flags].
 std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser, const cxxopts::ParseResult& args);
 
-/// Reads the common flags (task, seed, device, logging) and the precision flags.
-CommonOptions read_common(const cxxopts::ParseResult& args);
-MixedPrecisionOptions read_precision(const cxxopts::ParseResult& args);
-
-/// Reads and checks the general flags. Throws hetseq::UsageError naming the flag on a malformed
-/// value or an invalid combination.
+/// Reads and checks the general flags, each group by the reader beside its options struct. Throws
+/// hetseq::UsageError naming the flag on a malformed value or an invalid combination.
+TrainOptions read_train_options(const FlagValues& values);
 TrainOptions read_train_options(const cxxopts::ParseResult& args);
-
-/// Splits a comma-separated list of split names; throws hetseq::UsageError naming `--flag_name` on an
-/// empty name.
-std::vector<std::string> split_names(const std::string& flag_name, const std::string& text);
 
 }  // namespace hetseq::cli

@@ -1,5 +1,7 @@
 #include "hetseq/core/flag_set.h"
 
+#include <algorithm>
+
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
@@ -17,9 +19,27 @@ FlagSet& FlagSet::add_optional(const std::string& name, const std::string& help,
   return *this;
 }
 
-FlagSet& FlagSet::add_switch(const std::string& name, const std::string& help) {
-  flags_.push_back(FlagSpec{name, help, std::string("false"), "", true});
+FlagSet& FlagSet::add_switch(const std::string& name, const std::string& help, bool on) {
+  flags_.push_back(FlagSpec{name, help, std::string(on ? "true" : "false"), "", true});
   return *this;
+}
+
+FlagSet& FlagSet::short_name(const std::string& letter) {
+  HETSEQ_ASSERT(!flags_.empty() && letter.size() == 1, "FlagSet::short_name needs a flag before it and one letter");
+  flags_.back().short_name = letter;
+  return *this;
+}
+
+FlagSet FlagSet::subset(const std::string& group, const std::vector<std::string>& names) const {
+  FlagSet out(group);
+  for (const std::string& name : names) {
+    HETSEQ_ASSERT(std::any_of(flags_.begin(), flags_.end(), [&](const FlagSpec& f) { return f.name == name; }),
+                  fmt::format("FlagSet '{}' declares no --{}", group_, name));
+  }
+  for (const FlagSpec& f : flags_) {
+    if (std::find(names.begin(), names.end(), f.name) != names.end()) out.flags_.push_back(f);
+  }
+  return out;
 }
 
 const std::string& FlagValues::text(const std::string& name) const {
@@ -34,6 +54,18 @@ std::string FlagValues::text_or(const std::string& name, const std::string& fall
 }
 
 int64_t FlagValues::integer(const std::string& name) const { return parse_int("--" + name, text(name)); }
+
+int64_t FlagValues::positive(const std::string& name) const {
+  const int64_t v = integer(name);
+  if (v <= 0) throw UsageError(fmt::format("--{}: {} must be a positive integer", name, v));
+  return v;
+}
+
+int64_t FlagValues::non_negative(const std::string& name) const {
+  const int64_t v = integer(name);
+  if (v < 0) throw UsageError(fmt::format("--{}: {} is negative; it must be 0 or more", name, v));
+  return v;
+}
 
 double FlagValues::number(const std::string& name) const { return parse_double("--" + name, text(name)); }
 

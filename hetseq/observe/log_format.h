@@ -10,5 +10,7 @@ enum class LogFormat { kNone, kSimple, kJson };
 
 /// Parses --log-format (`none`, `simple`, `json`); throws hetseq::UsageError otherwise.
 LogFormat parse_log_format(const std::string& text);
+/// The --log-format spelling of `format`.
+std::string to_string(LogFormat format);
 
 }  // namespace hetseq

@@ -56,6 +56,16 @@ LogFormat parse_log_format(const std::string& text) {
   throw UsageError(fmt::format("--log-format: '{}' is not one of none, simple, json", text));
 }
 
+std::string to_string(LogFormat format) {
+  switch (format) {
+    case LogFormat::kNone: return "none";
+    case LogFormat::kSimple: return "simple";
+    case LogFormat::kJson: return "json";
+  }
+  HETSEQ_ASSERT(false, "unknown LogFormat");
+  return "";
+}
+
 ProgressLogger::ProgressLogger(LogFormat format, bool progress_bar, int64_t log_interval, std::FILE* out)
     : format_(format), bar_(progress_bar && format != LogFormat::kJson), log_interval_(log_interval), out_(out) {}
 

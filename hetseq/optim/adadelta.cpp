@@ -10,6 +10,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/core/parse.h"
+#include "hetseq/core/flag_text.h"
 
 namespace hetseq::optim {
 
@@ -82,9 +83,10 @@ OptimizerSpec adadelta_spec() {
   OptimizerSpec spec;
   spec.name = "adadelta";
   spec.flags = [](FlagSet& flags) {
-    flags.add("adadelta_rho", "rho of Adadelta", "0.9", "RHO")
-        .add("adadelta_eps", "epsilon of Adadelta", "1e-6", "EPS")
-        .add("adadelta_weight_decay", "L2 weight decay of Adadelta", "0", "WD");
+    const AdadeltaOptions d;
+    flags.add("adadelta_rho", "rho of Adadelta", flag_text(d.rho), "RHO")
+        .add("adadelta_eps", "epsilon of Adadelta", flag_text(d.eps), "EPS")
+        .add("adadelta_weight_decay", "L2 weight decay of Adadelta", flag_text(d.weight_decay), "WD");
   };
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     AdadeltaOptions o;

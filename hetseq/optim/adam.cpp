@@ -9,6 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/core/parse.h"
+#include "hetseq/core/flag_text.h"
 
 namespace hetseq::optim {
 
@@ -147,8 +148,10 @@ OptimizerSpec adam_spec() {
   OptimizerSpec spec;
   spec.name = "adam";
   spec.flags = [](FlagSet& flags) {
-    flags.add("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999", "(0.9, 0.999)", "B1,B2")
-        .add("adam-eps", "epsilon of Adam", "1e-8", "EPS");
+    const AdamOptions d;
+    flags.add("adam-betas", "betas of Adam, e.g. '(0.9, 0.999)' or 0.9,0.999",
+              fmt::format("({}, {})", d.beta1, d.beta2), "B1,B2")
+        .add("adam-eps", "epsilon of Adam", flag_text(d.eps), "EPS");
   };
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     const auto betas = parse_double_list("--adam-betas", args.text("adam-betas"));

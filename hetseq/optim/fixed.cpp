@@ -9,6 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/core/parse.h"
+#include "hetseq/core/flag_text.h"
 
 namespace hetseq::optim {
 
@@ -68,7 +69,8 @@ LrSchedulerSpec fixed_spec() {
   LrSchedulerSpec spec;
   spec.name = "fixed";
   spec.flags = [](FlagSet& flags) {
-    flags.add("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)", "0.1", "F");
+    flags.add("lr-shrink", "learning rate shrink factor after --force-anneal (fixed)",
+              flag_text(FixedOptions{}.lr_shrink), "F");
   };
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     FixedOptions o;

@@ -9,6 +9,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/core/parse.h"
+#include "hetseq/core/flag_text.h"
 
 namespace hetseq::optim {
 
@@ -81,9 +82,12 @@ LrSchedulerSpec polynomial_decay_spec() {
   LrSchedulerSpec spec;
   spec.name = "PolynomialDecayScheduler";
   spec.flags = [](FlagSet& flags) {
-    flags.add("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", "0", "LR")
-        .add("power", "decay power (PolynomialDecayScheduler)", "1", "P")
-        .add("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)", "1000000", "N");
+    const PolynomialDecayOptions d;
+    flags.add("end-learning-rate", "final learning rate (PolynomialDecayScheduler)", flag_text(d.end_learning_rate),
+              "LR")
+        .add("power", "decay power (PolynomialDecayScheduler)", flag_text(d.power), "P")
+        .add("total-num-update", "updates over which the rate decays (PolynomialDecayScheduler)",
+             flag_text(d.total_num_update), "N");
   };
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     PolynomialDecayOptions o;

@@ -10,6 +10,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/core/parse.h"
+#include "hetseq/core/flag_text.h"
 
 namespace hetseq::optim {
 
@@ -83,7 +84,7 @@ void Sgd::set_hyperparameter(const std::string& name, double value) {
 OptimizerSpec sgd_spec() {
   OptimizerSpec spec;
   spec.name = "sgd";
-  spec.flags = [](FlagSet& flags) { flags.add("momentum", "momentum of SGD", "0", "M"); };
+  spec.flags = [](FlagSet& flags) { flags.add("momentum", "momentum of SGD", flag_text(SgdOptions{}.momentum), "M"); };
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> OptimizerFactory {
     SgdOptions o;
     o.lr = common.lrs.front();

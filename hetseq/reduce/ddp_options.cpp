@@ -14,15 +14,35 @@ SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value) {
   throw UsageError(fmt::format("--shared-memory-reduce: '{}' is not one of auto, on, off", value));
 }
 
-void check_ddp_options(const DdpOptions& o) {
-  if (!std::isfinite(o.bucket_cap_mb) || o.bucket_cap_mb <= 0) {
-    throw UsageError(fmt::format("--bucket-cap-mb: {} is not a positive number of MiB", o.bucket_cap_mb));
+std::string to_string(SharedMemoryReduceMode mode) {
+  switch (mode) {
+    case SharedMemoryReduceMode::kAuto: return "auto";
+    case SharedMemoryReduceMode::kOn: return "on";
+    case SharedMemoryReduceMode::kOff: return "off";
   }
-  if (o.shared_memory == SharedMemoryReduceMode::kOn && o.comm_hook != CommHook::kNone) {
+  HETSEQ_ASSERT(false, "unknown SharedMemoryReduceMode");
+  return "";
+}
+
+void PowerSgdOptions::validate() const {
+  if (rank < 1) {
+    throw UsageError(fmt::format("--powersgd-rank: {} must be a positive integer", rank));
+  }
+  if (start_update < 0) {
+    throw UsageError(fmt::format("--powersgd-start-update: {} is negative; it must be 0 or more", start_update));
+  }
+}
+
+void DdpOptions::validate() const {
+  if (!std::isfinite(bucket_cap_mb) || bucket_cap_mb <= 0) {
+    throw UsageError(fmt::format("--bucket-cap-mb: {} is not a positive number of MiB", bucket_cap_mb));
+  }
+  if (shared_memory == SharedMemoryReduceMode::kOn && comm_hook != CommHook::kNone) {
     throw UsageError(fmt::format("--shared-memory-reduce sums float32 buckets as they are; it cannot be combined with "
                                  "--ddp-comm-hook {}: leave one out",
-                                 to_string(o.comm_hook)));
+                                 to_string(comm_hook)));
   }
+  powersgd.validate();
 }
 
 }  // namespace hetseq

@@ -12,9 +12,12 @@ namespace hetseq {
 /// PowerSGD's settings (--ddp-comm-hook powersgd). See Note [PowerSGD].
 struct PowerSgdOptions {
   int64_t rank = 1;                 // --powersgd-rank: the rank of the low-rank approximation (>= 1)
-  int64_t start_update = 0;         // --powersgd-start-update: plain summed allreduce for updates before it
+  int64_t start_update = 100;       // --powersgd-start-update: plain summed allreduce for updates before it
   double min_compression_rate = 2;  // compress a tensor only when (n + m) * rank * rate <= n * m
   uint64_t seed = 0;                // seed of the initial Q matrices (the same on every rank; --seed)
+
+  /// Throws hetseq::UsageError naming the flag of an invalid value (a rank below 1, a negative start).
+  void validate() const;
 };
 
 /// --shared-memory-reduce: whether ranks of one machine sum their CPU gradient buckets through shared memory
@@ -26,9 +29,11 @@ enum class SharedMemoryReduceMode {
 };
 /// Parses a --shared-memory-reduce value (auto, on, off); hetseq::UsageError naming the flag otherwise.
 SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value);
+/// The --shared-memory-reduce spelling of `mode`.
+std::string to_string(SharedMemoryReduceMode mode);
 
-/// How the distributed reducer moves gradients: the home of its flags, which hetseq-train reads straight
-/// into it (hetseq/cli/train_options.cpp) and check_ddp_options checks once.
+/// How the distributed reducer moves gradients: the home of its flags (declared and read in
+/// hetseq/reduce/ddp_flags.h), checked once by validate().
 struct DdpOptions {
   double bucket_cap_mb = 25;            // --bucket-cap-mb: largest gradient bucket, in MiB (fractions allowed)
   bool find_unused_parameters = false;  // --find-unused-parameters: let parameters go without gradient
@@ -41,10 +46,12 @@ struct DdpOptions {
   /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
   /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
   std::vector<std::vector<int64_t>> initial_buckets;
-};
 
-/// Throws hetseq::UsageError naming the flag when --bucket-cap-mb is not a positive finite number (PowerSgd
-/// checks its own settings).
-void check_ddp_options(const DdpOptions& options);
+  /// Throws hetseq::UsageError naming the flag of an invalid value or combination: --bucket-cap-mb not a
+  /// positive finite number, --shared-memory-reduce on with a comm hook, or PowerSGD's settings (checked
+  /// whatever the hook, as a malformed flag is an error even when unused). Called once, where the
+  /// options come in: by read_ddp_options for hetseq-train, by hetseq::train for a program of its own.
+  void validate() const;
+};
 
 }  // namespace hetseq

@@ -114,7 +114,6 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   HETSEQ_ASSERT(group_, "DistributedReducer built without a process group");
   rank_ = group_->getRank();
   world_size_ = group_->getSize();
-  check_ddp_options(options_);
 
   // The parameters to reduce, once each, and their names for error messages.
   std::unordered_set<const c10::TensorImpl*> seen;

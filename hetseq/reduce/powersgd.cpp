@@ -248,11 +248,8 @@ at::Tensor powersgd_initial_q(uint64_t seed, int64_t bucket, int64_t index, int6
 
 PowerSgd::PowerSgd(c10::intrusive_ptr<c10d::ProcessGroup> group, PowerSgdOptions options)
     : group_(std::move(group)), options_(options), sequence_(std::make_shared<detail::CollectiveSequence>()) {
-  if (options_.rank < 1) {
-    throw UsageError(fmt::format("--powersgd-rank: {} is not a rank of a low-rank approximation; give 1 or more",
-                                 options_.rank));
-  }
   HETSEQ_ASSERT(group_, "PowerSgd built without a process group");
+  HETSEQ_ASSERT(options_.rank >= 1, "PowerSgd built with unchecked options (PowerSgdOptions::validate)");
 }
 
 PowerSgd::~PowerSgd() = default;

@@ -63,6 +63,11 @@ struct OptimizationOptions {
   optim::OptimizerFactory make_optimizer;                // its flags, read and checked (empty: see train())
   std::string lr_scheduler = "PolynomialDecayScheduler";  // --lr_scheduler (see optim::lr_schedulers())
   optim::LrSchedulerFactory make_lr_scheduler;           // its flags, read and checked (empty: see train())
+
+  /// Throws hetseq::UsageError naming the flag of an invalid value: a negative --clip-norm, an update
+  /// frequency below 1, no or a negative learning rate. Called once, where the options come in: by
+  /// read_optimization_options for hetseq-train, by hetseq::train for a program of its own.
+  void validate() const;
 };
 
 /// HetSeq's distributed flags.

@@ -32,7 +32,6 @@ std::map<std::string, std::string> default_texts(const std::function<void(FlagSe
 
 // An empty optimizer or schedule factory, built from its name with --lr and that one's default flags.
 void complete_optimization(OptimizationOptions& p) {
-  if (p.lr.empty()) throw UsageError("TrainOptions::optimization.lr is empty; give at least one learning rate");
   optim::CommonOptimOptions common;
   common.lrs = p.lr;
   if (!p.make_optimizer) {
@@ -149,6 +148,9 @@ TrainResult run_session(const TrainOptions& options, const std::function<TrainRe
     throw UsageError("TrainOptions::common.task is empty; name the task (a registered TaskSpec, or the name that "
                      "logs and checkpoints give a task of one's own)");
   }
+  // The checks that hetseq-train's flag readers run, once, for options that come without a command line.
+  options.optimization.validate();
+  options.distributed.ddp.validate();
   TrainOptions o = options;
   complete_optimization(o.optimization);
   World world(o.distributed.world);

@@ -74,9 +74,7 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model,
       options_(options),
       channel_(channel ? std::move(channel) : std::make_shared<LocalChannel>()) {
   HETSEQ_ASSERT(model_ && optimizer_ && lr_scheduler_ && reducer_, "Controller built with a null part");
-  if (options_.clip_norm < 0) {
-    throw UsageError(fmt::format("--clip-norm: {} is negative; use 0 to turn clipping off", options_.clip_norm));
-  }
+  HETSEQ_ASSERT(options_.clip_norm >= 0, "Controller built with a negative clip norm (OptimizationOptions::validate)");
   check_precision_supported(options_.precision, options_.device, "--" + to_string(options_.precision));
   if (options_.loss_scaling) scaler_ = std::make_unique<DynamicLossScaler>(*options_.loss_scaling);
   if (options_.cuda_graph) {

@@ -69,6 +69,13 @@ torch::Tensor dropout_on_gpu() {
   return torch::dropout(torch::ones({4096}, torch::Device(torch::kCUDA, 0)), 0.5, /*train=*/true).cpu();
 }
 
+// PowerSGD that compresses from the first update (the library's default warms up over 100 updates first).
+hetseq::PowerSgdOptions compressing_powersgd() {
+  hetseq::PowerSgdOptions options;
+  options.start_update = 0;
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("CUDA: a checkpoint restores every CUDA generator: dropout drawn on the GPU after the resume is the "
@@ -130,7 +137,7 @@ TEST_CASE("CUDA: PowerSGD state of CUDA gradient buckets goes through a checkpoi
   std::vector<std::vector<torch::Tensor>> straight(kWorld), resumed(kWorld);  // [rank][update]
   hetseq::PowerSgdState saved;
   hetseq::test::run_ranks(kWorld, [&](int rank, const hetseq::test::Group& group) {
-    hetseq::PowerSgd psgd(group, hetseq::PowerSgdOptions{});
+    hetseq::PowerSgd psgd(group, compressing_powersgd());
     for (int u = 0; u < kUpdates; ++u) {
       straight[rank].push_back(reduce(psgd, inputs[u][rank]));
       if (u == kSaveAfter - 1) {
@@ -146,7 +153,7 @@ TEST_CASE("CUDA: PowerSGD state of CUDA gradient buckets goes through a checkpoi
   REQUIRE(loaded.buckets.size() == 1);
   REQUIRE(loaded.buckets[0].errors[0].sizes().vec() == std::vector<int64_t>{kWorld, 16, 12});
   hetseq::test::run_ranks(kWorld, [&](int rank, const hetseq::test::Group& group) {
-    hetseq::PowerSgd psgd(group, hetseq::PowerSgdOptions{});
+    hetseq::PowerSgd psgd(group, compressing_powersgd());
     psgd.load_state(loaded, dir / "ck.pt");
     for (int u = kSaveAfter; u < kUpdates; ++u) resumed[rank].push_back(reduce(psgd, inputs[u][rank]));
   });

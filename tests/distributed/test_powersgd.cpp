@@ -19,6 +19,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/reduce/powersgd.h"
+#include "support/error_message.h"
 #include "support/tensor_lists.h"
 #include "support/rank_threads.h"
 #include "support/temp_dir.h"
@@ -34,6 +35,14 @@ using hetseq::test::message_of;
 using hetseq::test::OneIntraOpThread;
 using hetseq::test::run_ranks;
 using hetseq::test::run_ranks_collect;
+
+// PowerSGD that compresses from the first update: the library's default reduces the first 100 updates
+// uncompressed (PowerSgdOptions::start_update), and these tests look at the compression itself.
+PowerSgdOptions compressing() {
+  PowerSgdOptions options;
+  options.start_update = 0;
+  return options;
+}
 
 using Shapes = std::vector<std::vector<int64_t>>;
 using Views = std::vector<torch::Tensor>;  // [view] one value per gradient view of a bucket
@@ -139,7 +148,7 @@ TEST_CASE("PowerSGD at full rank gives the exact sum over 3 ranks for every buck
   }
   std::vector<std::vector<std::vector<Views>>> outputs(kWorld);  // [rank][update][bucket]
   run_ranks(kWorld, [&](int rank, const Group& group) {
-    PowerSgdOptions options;
+    PowerSgdOptions options = compressing();
     options.rank = 10;                  // >= min(n, m) of every matrix
     options.min_compression_rate = 0;   // compress even where it saves nothing
     PowerSgd psgd(group, options);
@@ -177,7 +186,7 @@ TEST_CASE("PowerSGD at rank 1 is one power iteration of the sum from the initial
   constexpr int kWorld = 3;
   constexpr int64_t kBucket = 2;
   const Shapes shapes{{5}, {8, 5}};  // (8 + 5) * 1 * 2 <= 40: the matrix is compressed
-  PowerSgdOptions options;
+  PowerSgdOptions options = compressing();
   options.seed = 17;
   torch::manual_seed(2);
   std::vector<Views> inputs;  // [rank]
@@ -219,7 +228,7 @@ TEST_CASE("PowerSGD error feedback keeps the running sum of the results near the
   for (int r = 0; r < kWorld; ++r) inputs.push_back(random_views(shapes));
   std::vector<std::vector<Views>> outputs(kWorld);  // [rank][call]
   run_ranks(kWorld, [&](int rank, const Group& group) {
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     Bucket bucket = make_bucket(shapes);
     for (int c = 0; c < kCalls; ++c) {
       psgd.begin_update();
@@ -261,7 +270,7 @@ TEST_CASE("PowerSGD before start_update is the exact sum and leaves the compress
   std::vector<std::vector<Views>> outputs(kWorld);  // [rank][update]
   std::vector<Views> fresh(kWorld);                 // [rank] a new PowerSgd's first compressed result
   run_ranks(kWorld, [&](int rank, const Group& group) {
-    PowerSgdOptions options;
+    PowerSgdOptions options = compressing();
     options.start_update = 2;
     PowerSgd psgd(group, options);
     Bucket bucket = make_bucket(shapes);
@@ -269,7 +278,7 @@ TEST_CASE("PowerSGD before start_update is the exact sum and leaves the compress
       psgd.begin_update();
       outputs[rank].push_back(reduce(psgd, 0, bucket, inputs[rank]));
     }
-    PowerSgd other(group, PowerSgdOptions{});
+    PowerSgd other(group, compressing());
     other.begin_update();
     fresh[rank] = reduce(other, 0, bucket, inputs[rank]);
   });
@@ -314,17 +323,17 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
       std::vector<Views> fresh(kWorld);                 // [rank]
       std::vector<Views> kept(kWorld);                  // [rank] call 2 of a run that never overflowed
       run_ranks(kWorld, [&](int rank, const Group& group) {
-        PowerSgd psgd(group, PowerSgdOptions{});
+        PowerSgd psgd(group, compressing());
         Bucket bucket = make_bucket(shapes);
         for (int call = 0; call < 3; ++call) {
           psgd.begin_update();
           outputs[rank].push_back(reduce(psgd, 0, bucket, call == 1 ? poisoned[rank] : inputs[call][rank]));
         }
-        PowerSgd other(group, PowerSgdOptions{});
+        PowerSgd other(group, compressing());
         other.begin_update();
         fresh[rank] = reduce(other, 0, bucket, inputs[2][rank]);
         // The same calls without the overflow: its error feedback after call 1 is kept into call 2.
-        PowerSgd clean(group, PowerSgdOptions{});
+        PowerSgd clean(group, compressing());
         for (int call = 0; call < 3; ++call) {
           clean.begin_update();
           kept[rank] = reduce(clean, 0, bucket, inputs[call][rank]);
@@ -349,20 +358,13 @@ TEST_CASE("PowerSGD: a non-finite gradient on one rank is non-finite on all and 
   }
 }
 
-TEST_CASE("PowerSGD rejects a rank below 1 naming --powersgd-rank", "[distributed][powersgd]") {
+TEST_CASE("PowerSGD's options reject a rank below 1 naming --powersgd-rank", "[distributed][powersgd]") {
   for (int64_t rank : {0, -3}) {
     CAPTURE(rank);
-    std::string message;
-    run_ranks(1, [&](int, const Group& group) {
-      PowerSgdOptions options;
-      options.rank = rank;
-      try {
-        PowerSgd psgd(group, options);
-      } catch (const hetseq::UsageError& e) {
-        message = e.what();
-      }
-    });
-    CHECK_THAT(message, Catch::StartsWith("--powersgd-rank: " + std::to_string(rank)));
+    PowerSgdOptions options;
+    options.rank = rank;
+    CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { options.validate(); }),
+               Catch::StartsWith("--powersgd-rank: " + std::to_string(rank)));
   }
 }
 
@@ -380,7 +382,7 @@ TEST_CASE("PowerSGD: a peer that never reaches the allreduce gives an InputError
         [&](int rank, const Group& group) {
           kept[rank] = group;
           if (rank == kSilent) return;
-          PowerSgdOptions options;
+          PowerSgdOptions options = compressing();
           options.start_update = start_update;
           PowerSgd psgd(group, options);
           psgd.begin_update();
@@ -483,7 +485,7 @@ TEST_CASE("PowerSGD state through a checkpoint file: the restored run continues 
   torch::manual_seed(11);
   const auto inputs = random_inputs(kUpdates, kWorld);
   hetseq::test::TempDir dir;
-  PowerSgdOptions options;
+  PowerSgdOptions options = compressing();
   options.start_update = 1;
   options.seed = 5;
   std::vector<std::vector<std::vector<Views>>> straight(kWorld), resumed(kWorld);  // [rank][update][bucket]
@@ -548,7 +550,7 @@ TEST_CASE("PowerSGD state restored under another split carries the total error: 
   std::vector<std::vector<Views>> resumed(kWorld), dropped(kWorld);
   hetseq::PowerSgdState saved;
   run_ranks(kWorld, [&](int rank, const Group& group) {
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     auto buckets = checkpoint_buckets();
     reduce_update(psgd, buckets, inputs[0], rank);
     reduce_update(psgd, buckets, inputs[1], rank);
@@ -558,10 +560,10 @@ TEST_CASE("PowerSGD state restored under another split carries the total error: 
   });
   run_ranks(kWorld, [&](int rank, const Group& group) {
     auto buckets = checkpoint_buckets();
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     psgd.load_state(saved, "ck.pt");
     resumed[rank] = reduce_update(psgd, buckets, recut, rank);
-    PowerSgd without(group, PowerSgdOptions{});
+    PowerSgd without(group, compressing());
     without.load_state(without_errors(saved), "ck.pt");
     dropped[rank] = reduce_update(without, buckets, recut, rank);
   });
@@ -588,7 +590,7 @@ TEST_CASE("PowerSGD state saved by 3 ranks and restored on 2: rank 0 takes the s
   std::vector<std::vector<Views>> straight(3), resumed(2), dropped(2);  // [rank][bucket]
   hetseq::PowerSgdState saved;
   run_ranks(3, [&](int rank, const Group& group) {
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     auto buckets = checkpoint_buckets();
     reduce_update(psgd, buckets, inputs[0], rank);
     reduce_update(psgd, buckets, inputs[1], rank);
@@ -600,10 +602,10 @@ TEST_CASE("PowerSGD state saved by 3 ranks and restored on 2: rank 0 takes the s
   hetseq::log::begin_capture();
   run_ranks(2, [&](int rank, const Group& group) {
     auto buckets = checkpoint_buckets();
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     psgd.load_state(saved, "ck.pt");
     resumed[rank] = reduce_update(psgd, buckets, two, rank);
-    PowerSgd without(group, PowerSgdOptions{});
+    PowerSgd without(group, compressing());
     without.load_state(without_errors(saved), "ck.pt");
     dropped[rank] = reduce_update(without, buckets, two, rank);
   });
@@ -627,7 +629,7 @@ TEST_CASE("PowerSGD state that does not fit a bucket is dropped for that bucket,
   const auto inputs = random_inputs(2, kWorld);
   hetseq::PowerSgdState saved;
   run_ranks(kWorld, [&](int rank, const Group& group) {
-    PowerSgd psgd(group, PowerSgdOptions{});
+    PowerSgd psgd(group, compressing());
     auto buckets = checkpoint_buckets();
     reduce_update(psgd, buckets, inputs[0], rank);
     hetseq::PowerSgdState s = psgd.gather_state();
@@ -647,7 +649,7 @@ TEST_CASE("PowerSGD state that does not fit a bucket is dropped for that bucket,
   for (const Case& c : cases) {
     SECTION(c.name) {
       hetseq::PowerSgdState state = saved;
-      PowerSgdOptions options;
+      PowerSgdOptions options = compressing();
       c.change(state, options);
       std::vector<std::vector<Views>> restored(kWorld), fresh(kWorld);  // [rank][bucket]
       hetseq::log::begin_capture();
