@@ -110,10 +110,6 @@ struct CommClock {
     last_done = std::max(last_done, now);
     intervals.emplace_back(started, now);
   }
-  int64_t launches() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return launched;
-  }
   ReductionTiming timing() {
     std::lock_guard<std::mutex> lock(mutex);
     ReductionTiming t;

@@ -15,7 +15,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/distributed/comm_hook.h"
-#include "hetseq/distributed/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/group_channel.h"
 #include "hetseq/optim/fixed.h"

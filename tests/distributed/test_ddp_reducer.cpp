@@ -15,7 +15,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/distributed/ddp_reducer.h"
 #include "hetseq/distributed/group_channel.h"
 #include "support/tensor_lists.h"
