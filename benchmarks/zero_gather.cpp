@@ -18,7 +18,8 @@
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/world/process_group.h"
-#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/shard/shard_gather.h"
+#include "hetseq/shard/shard_plan.h"
 #include "tasks/mnist/mnist_model.h"
 
 namespace {

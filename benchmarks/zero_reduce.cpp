@@ -27,7 +27,7 @@
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/world/process_group.h"
-#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/shard/shard_plan.h"
 
 namespace {
 

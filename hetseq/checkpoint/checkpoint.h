@@ -23,8 +23,8 @@ struct SavedDataPlan {
 };
 
 /// Where a sharded checkpoint (--zero-sharding os) keeps the optimizer's buffers: in shard files beside
-/// it, listed by its manifest (hetseq/checkpoint/optimizer_shards.h). See Note [Sharded optimizer state
-/// in checkpoints] (hetseq/train/sharded_optimizer.cpp).
+/// it, listed by its manifest (hetseq/shard/optimizer_shards.h). See Note [Sharded optimizer state
+/// in checkpoints] (hetseq/shard/sharded_save.cpp).
 struct OptimizerShardsRef {
   std::string save_id;     // the save's id, also in the manifest and every shard file
   int64_t world_size = 0;  // shard files: one per rank

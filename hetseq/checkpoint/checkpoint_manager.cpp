@@ -4,7 +4,7 @@
 #include <regex>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/checkpoint/shard_files.h"
 #include "hetseq/core/format.h"
 
 namespace hetseq {

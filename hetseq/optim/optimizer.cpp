@@ -233,24 +233,6 @@ std::map<std::string, torch::Tensor> Optimizer::state() const {
   return out;
 }
 
-void Optimizer::load_state(const std::map<std::string, torch::Tensor>& scalars, const StateSource& pieces) {
-  std::vector<int64_t> numels;  // [param]
-  int64_t total = 0;
-  for (const auto& p : params_) {
-    numels.push_back(p.numel());
-    total += p.numel();
-  }
-  std::map<std::string, torch::Tensor> state = scalars;
-  for (auto& [key, t] : pieces.read_range(0, total, numels).state) {
-    // "param.{i}.{name}": buffers take their parameter's shape back; steps stay scalars.
-    const size_t dot = key.find('.', 6);
-    const size_t i = static_cast<size_t>(std::stoll(key.substr(6, dot - 6)));
-    const bool step = key.compare(dot + 1, std::string::npos, "step") == 0;
-    state[key] = step || i >= params_.size() || t.numel() != params_[i].numel() ? t : t.view(params_[i].sizes());
-  }
-  load_state(state);
-}
-
 void Optimizer::load_state(const std::map<std::string, torch::Tensor>& state) {
   const auto fail = [this](const std::string& what) {
     throw InputError(fmt::format("optimizer '{}': cannot load its state: {}; the checkpoint was saved from a "

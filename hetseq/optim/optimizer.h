@@ -14,8 +14,9 @@ namespace hetseq::optim {
 /// A part of an optimizer's state over the flat element space that lays the parameters end to end in
 /// their order: the elements [first, first + numel). `state` has, for each parameter i with elements in
 /// the range, "param.{i}.step" and "param.{i}.{buffer}" (1-D: the parameter's elements in the range, in
-/// order). A sharded optimizer gives its own part for a checkpoint's shard file (Optimizer::state_piece).
-/// See Note [Sharded optimizer state in checkpoints] (hetseq/train/sharded_optimizer.cpp).
+/// order). A sharding strategy gives its rank's part for a checkpoint's shard file
+/// (ShardingStrategy::state_piece). See Note [Sharded optimizer state in checkpoints]
+/// (hetseq/shard/sharded_save.cpp).
 struct StatePiece {
   int64_t first = 0;
   int64_t numel = 0;
@@ -23,7 +24,7 @@ struct StatePiece {
 };
 
 /// Optimizer state kept in pieces (a sharded checkpoint's shard files), read by range: what
-/// Optimizer::load_state(scalars, pieces) takes.
+/// ShardingStrategy::load_state takes.
 class StateSource {
  public:
   virtual ~StateSource() = default;
@@ -87,22 +88,10 @@ class Optimizer {
   /// tensors alias the live buffers (as torch's state_dict does): serialize or clone them before the
   /// next step(). See Note [Optimizer state].
   virtual std::map<std::string, torch::Tensor> state() const;
-  /// A collective that every rank calls before state() where state() needs the other ranks (a sharded
-  /// optimizer gathers its shards here: see hetseq/train/sharded_optimizer.h); nothing by default.
-  virtual void gather_state() {}
   /// Restores a state() from an optimizer of the same kind over parameters of the same shapes, copying
   /// the tensors onto the parameters' devices. Throws hetseq::InputError naming the entry on an unknown
   /// or missing name, a shape mismatch or a different number of parameters; nothing is changed then.
   virtual void load_state(const std::map<std::string, torch::Tensor>& state);
-  /// Restores a state whose per-parameter entries are in `pieces` (a sharded checkpoint) and whose other
-  /// entries ("lr", "num_steps", "num_params") are in `scalars`. By default it reads the whole range and
-  /// calls load_state(); a sharded optimizer reads its own shard only. Throws as load_state() and as
-  /// StateSource::read_range().
-  virtual void load_state(const std::map<std::string, torch::Tensor>& scalars, const StateSource& pieces);
-  /// This optimizer's part of the state for a sharded checkpoint (its entries alias the live buffers, as
-  /// state() does); std::nullopt for an optimizer that holds the whole state (the default), whose state()
-  /// has it all.
-  virtual std::optional<StatePiece> state_piece() const { return std::nullopt; }
 
  protected:
   /// The buffers each updated parameter has, e.g. {"exp_avg", "exp_avg_sq"}; each has the

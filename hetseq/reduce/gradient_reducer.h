@@ -47,10 +47,8 @@ class GradientReducer {
   /// without a gradient (undefined), so that the optimizer, the norm and clipping skip it, as under
   /// PyTorch's DDP.
   virtual void finish_update() = 0;
-  /// Seconds the last update's backward spent waiting on communication after its last gradient was
-  /// ready (0 for one process): the straggler signal, apart from compute.
-  virtual double last_wait_s() const { return last_timing().exposed_s; }
-  /// The last update's reduction: buckets, bytes and times (zeros for one process).
+  /// The last update's reduction: buckets, bytes and times (zeros for one process); `exposed_s` is the
+  /// seconds backward spent waiting on communication after its last gradient was ready.
   virtual ReductionTiming last_timing() const { return {}; }
   /// Spans of the buffer broadcast, each bucket's allreduce and the wait at the end of backward go to `tracer` (null: none). Shared, because the backend's threads may still
   /// complete a bucket after an error has unwound the caller. See Note [Tracing].

@@ -12,7 +12,7 @@
 #include "hetseq/checkpoint/save_options.h"
 #include "hetseq/reduce/ddp_options.h"
 #include "hetseq/world/world_options.h"
-#include "hetseq/distributed/zero_sharding.h"
+#include "hetseq/shard/zero_sharding.h"
 #include "hetseq/observe/log_format.h"
 #include "hetseq/optim/registry.h"
 #include "hetseq/train/loss_scaler.h"

@@ -14,7 +14,7 @@
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/checkpoint/shard_files.h"
 #include "hetseq/checkpoint/resume_check.h"
 #include "hetseq/core/stop_request.h"
 #include "hetseq/optim/optimizer_overrides.h"
@@ -26,10 +26,11 @@
 #include "hetseq/optim.h"
 #include "hetseq/task/task_registry.h"
 #include "hetseq/train/progress_observer.h"
-#include "hetseq/train/sharded_optimizer.h"
 #include "hetseq/train/sample_id_observer.h"
 #include "hetseq/train/step_profile.h"
 #include "hetseq/channel/clock_sync.h"
+#include "hetseq/shard/optimizer_shards.h"
+#include "hetseq/shard/sharding_factory.h"
 #include "hetseq/observe/json_log_sink.h"
 #include "hetseq/balance/rank_summary.h"
 #include "hetseq/balance/sit_out_roster.h"
@@ -60,36 +61,6 @@ std::string as_text(const std::map<std::string, std::string>& compared) {
   std::string out;
   for (const auto& [k, v] : compared) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
   return out;
-}
-
-// --zero-sharding os on more than one rank: the optimizer keeps state for this rank's shard only (Note
-// [Sharded optimizer state]); the plan is printed after the first step, when the state exists.
-// `budget_bytes`: this rank's --memory-budget or free memory, as the memory check read it.
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, World& world, torch::nn::Module& model,
-                                                 int64_t budget_bytes) {
-  const DistributedOptions& d = o.distributed;
-  if (d.zero_sharding == ZeroSharding::kNone || !world.distributed()) {
-    if (d.zero_sharding != ZeroSharding::kNone) log::info("[zero] one rank: --zero-sharding os has nothing to shard");
-    return o.optimization.make_optimizer(model.parameters());
-  }
-  ShardedOptimizerOptions options;
-  options.budget_bytes = budget_bytes;
-  const bool json = o.common.log_format == LogFormat::kJson;
-  const int64_t rank = world.rank();
-  auto report = [json, rank](const std::vector<ShardReport>& ranks) {
-    if (rank != 0) return;
-    for (const ShardReport& r : ranks) {
-      log::info("[zero] rank {}: elements [{}, {}) ({}), optimizer state {:.1f} MB, budget {:.2f} GB", r.rank, r.first,
-                r.first + r.numel, r.numel, r.state_bytes / 1e6, static_cast<double>(r.budget_bytes) / (1 << 30));
-      if (json) {
-        fmt::print("{{\"tag\":\"shard\",\"rank\":{},\"first\":{},\"numel\":{},\"state_bytes\":{},"
-                   "\"budget_bytes\":{}}}\n",
-                   r.rank, r.first, r.numel, r.state_bytes, r.budget_bytes);
-      }
-    }
-    std::fflush(stdout);
-  };
-  return ShardedOptimizer::create(model.parameters(), o.optimization.make_optimizer, world.group(), options, report);
 }
 
 }  // namespace
@@ -268,9 +239,16 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
 
 void TrainSession::build_controller() {
   check_memory();
-  std::unique_ptr<optim::Optimizer> optimizer =
-      make_optimizer(o_, world_, *model_, memory_[static_cast<size_t>(world_.rank())].budget_bytes);
-  auto scheduler = o_.optimization.make_lr_scheduler(*optimizer);
+  // --zero-sharding (Note [Sharded optimizer state]): the budget is this rank's --memory-budget or free
+  // memory, as the memory check read it.
+  ShardingOptions sharding;
+  sharding.mode = o_.distributed.zero_sharding;
+  sharding.budget_bytes = memory_[static_cast<size_t>(world_.rank())].budget_bytes;
+  sharding.json = o_.common.log_format == LogFormat::kJson;
+  std::unique_ptr<ShardingStrategy> strategy =
+      make_sharding_strategy(model_->parameters(), o_.optimization.make_optimizer, reducer_,
+                             world_.distributed() ? world_.group() : nullptr, sharding);
+  auto scheduler = o_.optimization.make_lr_scheduler(strategy->optimizer());
   ControllerOptions copts;
   copts.clip_norm = o_.optimization.clip_norm;
   copts.seed = o_.common.seed;
@@ -291,8 +269,8 @@ void TrainSession::build_controller() {
   } else if (mp.precision == Precision::kBFloat16) {
     log::info("[bf16] bfloat16 forward passes (autocast on {})", world_.device().str());
   }
-  controller_ = std::make_unique<Controller>(*task_, model_, std::move(optimizer), std::move(scheduler), reducer_,
-                                             copts, channel_);
+  controller_ = std::make_unique<Controller>(*task_, model_, std::move(strategy), std::move(scheduler), copts,
+                                             channel_);
 }
 
 void TrainSession::resume(const std::map<std::string, std::string>& compared) {
@@ -338,101 +316,6 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
                     "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
                     "share, or give every node the same --restore-file",
                     world_.timeout());
-}
-
-// --auto-balance on a CUDA device without --balance-cap: the cap is found by running one forward and
-// backward at growing sizes until the device runs out of memory (probe_micro_batch_cap). The model's
-// buffers (running statistics) are put back afterwards; its parameters are untouched (no step).
-int64_t TrainSession::probe_cap(int64_t batch_size) {
-  if (!o_.balance.auto_balance || !world_.device().is_cuda() || !world_.distributed()) return 0;
-  std::vector<torch::Tensor> buffers;
-  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
-  auto try_size = [&](int64_t b) {
-    std::vector<int64_t> indices(static_cast<size_t>(b));
-    for (int64_t i = 0; i < b; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
-    const Batch batch = train_data_->collate(indices).to(world_.device());
-    const AutocastGuard autocast(world_.device(), o_.mixed_precision.precision);
-    task_->train_step(*model_, batch, [](const StepOutput& step) { step.loss.backward(); });
-  };
-  auto release = [&] {
-    model_->zero_grad(/*set_to_none=*/true);
-    c10::cuda::CUDACachingAllocator::emptyCache();
-  };
-  ProbeOptions probe;
-  probe.start = batch_size;
-  const int64_t most_freq =
-      *std::max_element(o_.optimization.update_freq.begin(), o_.optimization.update_freq.end());
-  probe.limit = batch_size * most_freq * world_.world_size();
-  const int64_t cap = probe_micro_batch_cap(try_size, release, probe);
-  torch::NoGradGuard no_grad;
-  auto live = model_->buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
-  log::info("[balance] rank {}: micro-batch cap {} from probing {} (--balance-cap sets it)", world_.rank(),
-            cap > 0 ? std::to_string(cap) : "none needed", world_.device().str());
-  return cap;
-}
-
-// The memory check's figures for this rank (Note [Memory that a rank needs]), when it states a budget
-// (--memory-budget, or the free memory under --zero-sharding os): the budget, read before anything below
-// allocates, and the peak bytes of one forward and backward of its micro-batch with the gradients
-// allocated, run before the reducer hooks the model. The model's buffers are put back afterwards, its
-// parameters are untouched, and the update's randomness is reseeded per update (Controller).
-RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
-  const DistributedOptions& d = o_.distributed;
-  RankMemoryBudget m;
-  if (!d.memory_budget_bytes && !(d.zero_sharding == ZeroSharding::kOptimizerState && world_.distributed())) return m;
-  m.from_free_memory = !d.memory_budget_bytes;
-  m.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world_.device());
-  m.micro_batch = o_.balance.caps.empty() || o_.balance.caps[0] <= 0 ? batch_size
-                                                                      : std::min(batch_size, o_.balance.caps[0]);
-  std::vector<torch::Tensor> buffers;
-  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
-  for (auto& p : model_->parameters()) {
-    if (p.requires_grad()) p.mutable_grad() = torch::zeros_like(p);
-  }
-  std::vector<int64_t> indices(static_cast<size_t>(m.micro_batch));
-  for (int64_t i = 0; i < m.micro_batch; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
-  const Batch batch = train_data_->collate(indices).to(world_.device());
-  m.activation_bytes = peak_allocated_bytes([&] {
-    const AutocastGuard autocast(world_.device(), o_.mixed_precision.precision);
-    task_->train_step(*model_, batch, [](const StepOutput& step) { step.loss.backward(); });
-  });
-  model_->zero_grad(/*set_to_none=*/true);
-  if (world_.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
-  torch::NoGradGuard no_grad;
-  auto live = model_->buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
-  return m;
-}
-
-// Every rank checks every rank's figures from the handshake, so a plan that does not fit stops all ranks
-// alike with the same line, before any collective or checkpoint (Note [Memory that a rank needs]).
-void TrainSession::check_memory() {
-  if (std::none_of(memory_.begin(), memory_.end(), [](const RankMemoryBudget& m) { return m.budget_bytes > 0; })) {
-    return;
-  }
-  MemoryFitOptions m;
-  m.sharding = world_.distributed() ? o_.distributed.zero_sharding : ZeroSharding::kNone;
-  m.num_params = num_params_;
-  m.element_bytes = static_cast<int64_t>(model_->parameters().front().element_size());
-  const auto optimizer = o_.optimization.make_optimizer(model_->parameters());  // asked, never stepped
-  m.state_buffers = optimizer->state_buffers();
-  m.optimizer = optimizer->name();
-  m.alignment = ShardedOptimizerOptions{}.alignment;
-  m.gather = ShardedOptimizerOptions{}.gather;
-  m.ranks = memory_;
-  const std::vector<MemoryNeed> needs = memory_needs(m);
-  if (world_.rank() == 0) {
-    for (size_t r = 0; r < needs.size(); ++r) {
-      if (memory_[r].budget_bytes == 0) continue;
-      const MemoryNeed& n = needs[r];
-      log::info("[memory] rank {}: needs {:.1f} MB of its {:.1f} MB (parameters {:.1f}, gradients {:.1f}, optimizer "
-                "state {:.1f}, gather buffers {:.1f}, activations {:.1f} for {} samples)",
-                r, n.total() / 1e6, memory_[r].budget_bytes / 1e6, n.parameters / 1e6, n.gradients / 1e6,
-                n.optimizer_state / 1e6, n.gather_buffers / 1e6, n.activations / 1e6, memory_[r].micro_batch);
-    }
-  }
-  check_memory_fits(m);
 }
 
 // A balanced run resumes with the split that was in force when it stopped (so that it continues as
@@ -493,92 +376,6 @@ void TrainSession::build_loop() {
   }
   loop_ = std::make_unique<TrainingLoop>(parts, lopts);
   add_observers();
-}
-
-GatherFn TrainSession::gather_figures() const {
-  return [channel = channel_](const std::vector<double>& local) { return channel->gather(local); };
-}
-
-void TrainSession::add_observers() {
-  const bool rank0 = world_.rank() == 0;
-  progress_ = std::make_unique<ProgressLogger>(rank0 ? o_.common.log_format : LogFormat::kNone,
-                                               rank0 && !o_.common.no_progress_bar && ::isatty(fileno(stdout)),
-                                               o_.common.log_interval);
-  for (const auto& sink : sinks_) progress_->add_sink(sink);
-  loop_->add_observer(std::make_shared<ProgressObserver>(*progress_, *controller_));
-  if (o_.checkpoint.dump_sample_ids) {
-    loop_->add_observer(std::make_shared<SampleIdObserver>(*o_.checkpoint.dump_sample_ids, world_.rank()));
-  }
-  add_balancer();
-  if (o_.observe.step_profile_timed > 0) {
-    StepProfileOptions p;
-    p.warmup = o_.observe.step_profile_warmup;
-    p.timed = o_.observe.step_profile_timed;
-    p.device = world_.device();
-    p.rank = world_.rank();
-    loop_->add_observer(std::make_shared<StepProfile>(p));
-  }
-  if (world_.distributed()) {
-    RankSummaryOptions r;
-    r.log_interval = o_.common.log_interval;
-    r.log_all_ranks = o_.distributed.log_all_ranks;
-    r.world_size = world_.world_size();
-    if (world_.device().is_cuda() && world_.rank() == 0) {
-      log::info("[ranks] on CUDA the per-rank wait and bus bandwidth are timed on the host, where a NCCL allreduce "
-                "completes when it is enqueued: the wait reads low and the bandwidth high (the trace's device rows "
-                "time them on the GPU)");
-    }
-    loop_->add_observer(std::make_shared<RankSummary>(roster_ ? roster_->gather(false) : gather_figures(),
-                                                      *progress_, balancer_.get(), r));
-  }
-}
-
-// Why no rank may sit out in this run (Note [Sharing an update]), or "" where ranks may.
-std::string TrainSession::sit_out_refused() const {
-  if (!o_.balance.auto_balance || !world_.distributed()) return "no --auto-balance";
-  if (o_.distributed.zero_sharding != ZeroSharding::kNone) return "--zero-sharding: every rank steps its shard";
-  if (o_.distributed.ddp.find_unused_parameters) return "--find-unused-parameters: every rank counts the used ones";
-  if (o_.distributed.ddp.comm_hook == CommHook::kPowerSgd) return "--ddp-comm-hook powersgd: every rank keeps feedback";
-  if (!std::dynamic_pointer_cast<DistributedReducer>(reducer_)) return "no distributed reducer";
-  return "";
-}
-
-// The balancer watches every distributed run: with --auto-balance it moves the split, without it it
-// reports the epoch's balance and suggests --auto-balance when that would gain.
-void TrainSession::add_balancer() {
-  if (!world_.distributed()) {
-    if (o_.balance.auto_balance) log::info("[balance] one rank: --auto-balance has nothing to balance");
-    return;
-  }
-  BalanceOptions b;
-  b.enabled = o_.balance.auto_balance;
-  b.interval = o_.balance.interval;
-  b.threshold = o_.balance.threshold;
-  b.widen_to_noise = !o_.balance.threshold_given;
-  b.caps = balance_caps_;
-  b.multiple = o_.dataset.required_batch_size_multiple;
-  const std::string why_not = sit_out_refused();
-  if (b.enabled && why_not.empty()) {
-    SitOutOptions so;
-    so.timeout = o_.distributed.world.timeout;
-    so.fast_stat_sync = o_.distributed.fast_stat_sync;
-    roster_ = std::make_shared<SitOutRoster>(world_, *schedule_, std::dynamic_pointer_cast<DistributedReducer>(reducer_),
-                                             channel_, train_data_, so);
-    b.sit_out = true;
-  } else if (b.enabled && world_.rank() == 0) {
-    log::info("[balance] no rank sits out in this run: {}", why_not);
-  }
-  balancer_ = std::make_shared<AutoBalancer>(*schedule_, roster_ ? roster_->gather(true) : gather_figures(), b);
-  loop_->add_observer(balancer_);
-  if (roster_) {
-    roster_->set_balancer(balancer_.get());
-    loop_->set_roster(roster_);
-  }
-  if (b.enabled && world_.rank() == 0) {
-    log::info("[balance] auto-balance on: re-plan every {} updates, threshold {:.0f}%{}, caps [{}] (0: none)",
-              b.interval, 100 * b.threshold, b.widen_to_noise ? " or twice the measured noise" : "",
-              fmt::join(b.caps, ","));
-  }
 }
 
 }  // namespace hetseq

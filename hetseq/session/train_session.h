@@ -6,7 +6,7 @@
 #include <string>
 
 #include "hetseq/balance/auto_balancer.h"
-#include "hetseq/balance/memory_fit.h"
+#include "hetseq/shard/memory_fit.h"
 #include "hetseq/balance/sit_out_roster.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"

@@ -28,8 +28,9 @@ struct CheckpointerOptions {
 
 /// A save across the ranks, in one call: it takes the Controller's state, gathers the comm hook's state
 /// to rank 0, runs the checkpoint fence, and logs the save. Every rank calls save() at the same points
-/// (so that they agree on when the last save was); rank 0 writes, and under --zero-sharding os every
-/// rank writes its shard of the optimizer state first (Note [Sharded optimizer state in checkpoints]).
+/// (so that they agree on when the last save was); rank 0 writes, and where the Controller's
+/// ShardingStrategy keeps the optimizer state in shards (--zero-sharding os) every rank writes its shard
+/// first, through a ShardedSave (Note [Sharded optimizer state in checkpoints]).
 /// Which files a save writes, the best metric and the retention flags are its CheckpointManager's.
 class Checkpointer {
  public:

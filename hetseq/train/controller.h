@@ -14,6 +14,7 @@
 #include "hetseq/observe/tracer.h"
 #include "hetseq/channel/collective_channel.h"
 #include "hetseq/reduce/gradient_reducer.h"
+#include "hetseq/shard/sharding_strategy.h"
 #include "hetseq/train/graph_capture.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/meters.h"
@@ -65,12 +66,18 @@ struct UpdateResult {
   ReductionTiming reduction;
 };
 
-/// Runs updates: accumulates the gradients of an update's micro-batches, has the GradientReducer
-/// sum them over the ranks and the CollectiveChannel the statistics and stop votes (Note
-/// [Communication roles]), normalises by the total sample size (see Note [Weighted averaging]),
-/// clips, steps the optimizer and the LR schedule, and keeps the meters.
+/// Runs updates: accumulates the gradients of an update's micro-batches, has its ShardingStrategy
+/// reduce them over the ranks (through the GradientReducer) and the CollectiveChannel the statistics
+/// and stop votes (Note [Communication roles]), normalises by the total sample size (see Note
+/// [Weighted averaging]), clips, has the strategy step its part and gather the parameters, steps the
+/// LR schedule, and keeps the meters.
 class Controller {
  public:
+  /// `sharding` holds the optimizer (which `lr_scheduler` drives) and the gradient reducer.
+  Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std::unique_ptr<ShardingStrategy> sharding,
+             std::unique_ptr<optim::LrScheduler> lr_scheduler, ControllerOptions options,
+             std::shared_ptr<CollectiveChannel> channel = nullptr);
+  /// Without sharding (NoSharding over `optimizer` and `reducer`).
   Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std::unique_ptr<optim::Optimizer> optimizer,
              std::unique_ptr<optim::LrScheduler> lr_scheduler, std::shared_ptr<GradientReducer> reducer,
              ControllerOptions options, std::shared_ptr<CollectiveChannel> channel = nullptr);
@@ -95,7 +102,7 @@ class Controller {
 
   /// End of `epoch`: lets the LR scheduler pick the next epoch's rate; returns it.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
-  double lr() const { return optimizer_->lr(); }
+  double lr() const { return sharding_->optimizer().lr(); }
 
   int64_t num_updates() const { return num_updates_; }
   /// Sets the update count (resume) and the matching learning rate.
@@ -112,11 +119,9 @@ class Controller {
   /// Starts a new epoch of meters.
   void reset_epoch_meters();
 
-  /// A collective that every rank calls before state() at a save or a check: the optimizer gathers what
-  /// state() needs from the other ranks (a sharded optimizer's shards; see Note [Sharded optimizer state]).
-  void gather_state() { optimizer_->gather_state(); }
   /// The training state as one value (CPU copies), for checkpoints; the optimizer's buffers are left
-  /// out when `with_optimizer_state` is false (--no-save-optimizer-state).
+  /// out when `with_optimizer_state` is false (--no-save-optimizer-state), and are each rank's shard
+  /// file's where the sharding strategy keeps them in shards (ShardingStrategy::state_piece).
   TrainingState state(bool with_optimizer_state = true);
   /// Restores a state(): optimizer state and hyper-parameters (then the overrides), loss scale, LR
   /// schedule, update count, meters and random generators (CPU and CUDA), each unless reset, and hands
@@ -127,7 +132,7 @@ class Controller {
   /// The gradient reducer's comm hook state (PowerSGD's), gathered to rank 0 for a checkpoint, which
   /// state() leaves out: a collective that every rank calls at each save (Checkpointer::save). See
   /// Note [PowerSGD in checkpoints].
-  std::optional<PowerSgdState> gather_comm_hook_state() { return reducer_->gather_comm_hook_state(); }
+  std::optional<PowerSgdState> gather_comm_hook_state() { return sharding_->reducer().gather_comm_hook_state(); }
 
   /// The meters and the epoch's summed statistics as named numbers, for checkpoints.
   std::map<std::string, double> meter_state();
@@ -136,7 +141,9 @@ class Controller {
 
   torch::nn::Module& model() { return *model_; }
   std::shared_ptr<torch::nn::Module> model_ptr() { return model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return sharding_->optimizer(); }
+  /// How the update is spread over the ranks (--zero-sharding): the checkpoint asks it for its part.
+  ShardingStrategy& sharding() { return *sharding_; }
   optim::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   Task& task() { return task_; }
   TrainMeters& meters() { return meters_; }
@@ -188,9 +195,8 @@ class Controller {
 
   Task& task_;
   std::shared_ptr<torch::nn::Module> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<ShardingStrategy> sharding_;  // the optimizer and the gradient reducer
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
-  std::shared_ptr<GradientReducer> reducer_;
   ControllerOptions options_;
   std::shared_ptr<CollectiveChannel> channel_;
   bool stop_vote_ = false;  // this rank's vote for the coming update

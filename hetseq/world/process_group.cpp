@@ -18,7 +18,6 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
-#include "hetseq/world/counting_backend.h"
 
 namespace hetseq {
 namespace {
@@ -90,7 +89,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
   // --debug-collectives: the backend behind c10d's fingerprinting wrapper, whose checks run over a
   // Gloo group of their own (keys under "debug/"), as TORCH_DISTRIBUTED_DEBUG=DETAIL does in Python.
   auto checked = [&](c10::intrusive_ptr<c10d::Backend> backend) -> c10::intrusive_ptr<c10d::Backend> {
-    if (options.count_collectives) backend = c10::make_intrusive<CountingBackend>(backend);
+    if (options.wrap_backend) backend = options.wrap_backend(backend);
     if (!options.debug_collectives) return backend;
     log::info("[process-group] --debug-collectives: rank {} checks every collective across the {} ranks first "
               "(operation, sizes, dtypes), over a Gloo group of its own",

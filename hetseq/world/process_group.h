@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -22,10 +23,10 @@ struct ProcessGroupOptions {
   /// reducing mismatched buffers. Costs a small allgather and a barrier per collective. The reducer's gradient
   /// buckets then stay on the group, never in shared memory (checks_collectives).
   bool debug_collectives = false;
-  /// Puts a CountingBackend in front of the group's Gloo or NCCL backend (under the --debug-collectives
-  /// wrapper, whose checks run over a group of their own), so that tests and benchmarks can count the
-  /// collectives the program asks for. See counting_backend.h.
-  bool count_collectives = false;
+  /// A backend to put in front of the group's Gloo or NCCL backend (under the --debug-collectives
+  /// wrapper, whose checks run over a group of their own), given that backend; none when empty. The
+  /// tests count the collectives the program asks for with one (tests/support/counting_backend.h).
+  std::function<c10::intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>)> wrap_backend;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for

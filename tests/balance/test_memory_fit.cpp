@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/balance/allocation_peak.h"
-#include "hetseq/balance/memory_fit.h"
+#include "hetseq/shard/memory_fit.h"
 #include "hetseq/core/error.h"
 
 using hetseq::MemoryFitOptions;

@@ -15,7 +15,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/reduce/comm_hook.h"
-#include "hetseq/world/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/channel/group_channel.h"
 #include "hetseq/optim/fixed.h"

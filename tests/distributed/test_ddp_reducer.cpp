@@ -15,7 +15,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/world/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/channel/group_channel.h"
 #include "support/tensor_lists.h"

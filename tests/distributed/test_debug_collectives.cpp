@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/world/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/world/process_group.h"
 #include "support/mnist_files.h"
@@ -35,7 +35,7 @@ std::vector<std::string> two_checked_ranks(
         ProcessGroupOptions options;
         options.timeout = 20s;
         options.debug_collectives = true;
-        options.count_collectives = counted;
+        if (counted) options.wrap_backend = count_collectives;
         body(r, make_process_group(store, r, 2, options));
       } catch (const std::exception& e) {
         errors[r] = e.what();

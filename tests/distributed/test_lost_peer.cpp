@@ -21,7 +21,7 @@
 #include <c10/util/Exception.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/shard/optimizer_shards.h"
 #include "hetseq/cli/train_command.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"

@@ -13,7 +13,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
-#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/shard/shard_plan.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"

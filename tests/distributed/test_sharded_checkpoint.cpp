@@ -16,7 +16,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
-#include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/shard/optimizer_shards.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "support/mnist_files.h"

@@ -2,7 +2,7 @@
 // every rank learns it from the same collective, whatever path the statistics take.
 #include <catch2/catch.hpp>
 
-#include "hetseq/world/counting_backend.h"
+#include "support/counting_backend.h"
 #include "hetseq/channel/stat_sync.h"
 #include "support/rank_threads.h"
 

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "hetseq/world/process_group.h"
+#include "support/counting_backend.h"
 
 namespace hetseq::test {
 namespace {
@@ -66,7 +67,7 @@ std::vector<std::exception_ptr> collect(int world, const RankBody& body, std::ch
       try {
         hetseq::ProcessGroupOptions options;
         options.timeout = timeout;
-        options.count_collectives = true;  // tests count collectives from outside (counting_backend.h)
+        options.wrap_backend = hetseq::count_collectives;  // tests count collectives from outside
         Group group = hetseq::make_process_group(store, r, world, options);
         first_collective(group, world, *started, timeout);
         body(r, group);

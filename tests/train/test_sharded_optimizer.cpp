@@ -13,11 +13,14 @@
 #include <torch/torch.h>
 
 #include "hetseq/core/error.h"
-#include "hetseq/distributed/zero_shard.h"
 #include "hetseq/optim.h"
-#include "hetseq/train/sharded_optimizer.h"
+#include "hetseq/shard/shard_gather.h"
+#include "hetseq/shard/shard_plan.h"
+#include "hetseq/shard/sharded_optimizer.h"
+#include "hetseq/shard/zero_sharding.h"
 #include "cuda/cuda_skip.h"
 #include "support/rank_threads.h"
+#include "support/sharded_state.h"
 
 using hetseq::GatherMethod;
 using hetseq::plan_shards;
@@ -281,8 +284,9 @@ TEST_CASE("A sharded optimizer's gathered state is the unsharded one, and resume
       set_grads(p, t);
       optimizer->step();
     }
-    optimizer->gather_state();
-    for (const auto& [k, v] : optimizer->state()) saved[static_cast<size_t>(rank)][k] = v.clone();
+    for (const auto& [k, v] : hetseq::test::gather_sharded_state(*optimizer, group)) {
+      saved[static_cast<size_t>(rank)][k] = v.clone();
+    }
     saved_params[static_cast<size_t>(rank)] = clones(p);
   });
   for (size_t r = 0; r < 3; ++r) {

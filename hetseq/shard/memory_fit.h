@@ -4,7 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/shard/shard_gather.h"
+#include "hetseq/shard/zero_sharding.h"
 
 namespace hetseq {
 

@@ -1,4 +1,4 @@
-#include "hetseq/balance/memory_fit.h"
+#include "hetseq/shard/memory_fit.h"
 
 #include <algorithm>
 

@@ -1,6 +1,8 @@
 #pragma once
 // A c10d backend that counts the collectives asked of the backend it wraps, for claims such as "no
 // statistics round trip after backward" that must be checked from outside the code that makes them.
+// Test code (in namespace hetseq, as the tests name it): the library only offers the place to put it,
+// ProcessGroupOptions::wrap_backend.
 
 #include <cstdint>
 #include <mutex>
@@ -23,7 +25,7 @@ struct CollectiveRecord {
 /// Forwards every call to `inner` unchanged and records each collective, in the order it was asked
 /// for, under a mutex (the reducer launches buckets from autograd's thread while the training thread
 /// starts statistics). Recording costs one lock and one small push per collective.
-/// ProcessGroupOptions::count_collectives puts one in front of a group's backend.
+/// count_collectives() puts one in front of a group's backend, through ProcessGroupOptions::wrap_backend.
 class CountingBackend : public c10d::Backend {
  public:
   explicit CountingBackend(c10::intrusive_ptr<c10d::Backend> inner);
@@ -92,7 +94,10 @@ class CountingBackend : public c10d::Backend {
 };
 
 /// The counting backend in front of `group`'s CPU backend (under the --debug-collectives checks, where the group
-/// has them), or nullptr when the group was made without ProcessGroupOptions::count_collectives.
+/// has them), or nullptr when the group was made without count_collectives().
 CountingBackend* counting_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
+/// A CountingBackend in front of `backend`: what ProcessGroupOptions::wrap_backend takes.
+c10::intrusive_ptr<c10d::Backend> count_collectives(c10::intrusive_ptr<c10d::Backend> backend);
 
 }  // namespace hetseq

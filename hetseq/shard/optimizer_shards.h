@@ -1,7 +1,7 @@
 #pragma once
 // A sharded checkpoint's optimizer state: one shard file per rank beside the checkpoint, and the
-// manifest that lists them. See Note [Sharded optimizer state in checkpoints]
-// (hetseq/train/sharded_optimizer.cpp).
+// manifest that lists them; their names are hetseq/checkpoint/shard_files.h's. See Note [Sharded
+// optimizer state in checkpoints] (hetseq/shard/sharded_save.cpp).
 
 #include <cstdint>
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hetseq/checkpoint/checkpoint.h"
+#include "hetseq/checkpoint/shard_files.h"
 #include "hetseq/optim/optimizer.h"
 
 namespace hetseq {
@@ -39,12 +40,6 @@ struct ShardManifest {
 /// A new save id: 16 random hexadecimal digits.
 std::string new_save_id();
 
-/// `dir/checkpoint_last.<save id>.shard-<rank>-of-<world size>.pt` for `checkpoint` = dir/checkpoint_last.pt.
-std::filesystem::path shard_file_path(const std::filesystem::path& checkpoint, const std::string& save_id,
-                                      int64_t rank, int64_t world_size);
-/// `dir/checkpoint_last.<save id>.manifest.json` for `checkpoint` = dir/checkpoint_last.pt.
-std::filesystem::path manifest_path(const std::filesystem::path& checkpoint, const std::string& save_id);
-
 /// Writes `piece` (this rank's part of the optimizer state) to `path` atomically (write_file_atomically),
 /// streamed tensor by tensor, in torch.save's format. Returns its manifest entry (the file's name, size
 /// and CRC-32). Throws hetseq::InputError naming the file when it cannot be written.
@@ -55,18 +50,6 @@ ShardFileEntry write_optimizer_shard(const optim::StatePiece& piece, const std::
 void write_manifest(const ShardManifest& manifest, const std::filesystem::path& path);
 /// Reads a manifest. Throws hetseq::InputError naming the file when it is missing or not a manifest.
 ShardManifest read_manifest(const std::filesystem::path& path);
-
-/// Removes the shard files and manifests beside `checkpoint` of every save but `keep` (all of them when
-/// `keep` is empty): the retention of a removed checkpoint, the older sets of a rewritten one, and what a
-/// killed save left. Returns the removed files.
-std::vector<std::filesystem::path> remove_shard_sets(const std::filesystem::path& checkpoint,
-                                                     const std::string& keep = "");
-
-/// Removes the shard files and manifests in `dir` whose checkpoint (the name before ".<save id>.") is not
-/// there: what a save killed before its checkpoint's rename left under a name that is never written again
-/// (an interval checkpoint), or a prune killed between the checkpoint and its shards. Rank 0 calls it at
-/// start, before any save. Returns the removed files.
-std::vector<std::filesystem::path> remove_orphan_shard_sets(const std::filesystem::path& dir);
 
 /// The optimizer buffers of a sharded checkpoint, checked: read by range from its shard files, so that a
 /// rank reads the files its new shard overlaps, one at a time (the re-cut of a resume).

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "hetseq/distributed/zero_shard.h"
+#include "hetseq/shard/shard_gather.h"
+#include "hetseq/shard/shard_plan.h"
+#include "hetseq/shard/shard_report.h"
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/optim/registry.h"
 
@@ -20,18 +22,10 @@ struct ShardedOptimizerOptions {
   GatherMethod gather = GatherMethod::kBroadcastPerRank;  // See Note [Gathering uneven shards]
 };
 
-/// One rank's line of the shard plan, as printed at start (`shard` records).
-struct ShardReport {
-  int64_t rank = 0;
-  int64_t first = 0;        // first element of the flat parameter space in its shard
-  int64_t numel = 0;        // elements in its shard
-  int64_t state_bytes = 0;  // bytes of optimizer state it holds, read from the tensors allocated
-  int64_t budget_bytes = 0;
-};
-
 /// --zero-sharding os: the configured optimizer (same class, same kernels) runs on this rank's shard
 /// of the parameters only, so it keeps state for that shard only; the updated shards are then gathered
-/// to every rank. The Controller sees an ordinary Optimizer. See Note [Sharded optimizer state].
+/// to every rank. OptimizerStateSharding (the `os` ShardingStrategy) drives it for the Controller; as an
+/// Optimizer, step() is step_shard() then gather(). See Note [Sharded optimizer state].
 class ShardedOptimizer final : public optim::Optimizer {
  public:
   /// Called once, on every rank, after the first step with every rank's report ([rank]).
@@ -46,21 +40,20 @@ class ShardedOptimizer final : public optim::Optimizer {
                                                   ShardedOptimizerOptions options, Report report = {});
 
   std::string name() const override { return shard_->name(); }
-  /// Steps this rank's shard (the gradients: views of the reduced, clipped ones) and gathers the shards.
+  /// Steps this rank's shard and gathers the shards: step_shard(), then gather().
   void step() override;
+  /// Steps this rank's shard only, with views of the reduced, clipped gradients as its gradients.
+  void step_shard();
+  /// A collective: every rank's updated shard of the parameters to every rank (ShardGather); after the
+  /// first, it reports the plan (every rank's ShardReport, one more allgather).
+  void gather();
   std::map<std::string, double> hyperparameters() const override { return shard_->hyperparameters(); }
   void set_hyperparameter(const std::string& name, double value) override { shard_->set_hyperparameter(name, value); }
   int64_t state_buffers() const override { return shard_->state_buffers(); }
 
-  /// A collective: every rank's shard of the state to every rank, kept for state() until the next step.
-  /// Checkpoints do not use it (they keep each rank's shard in its own file: state_piece()); it gives
-  /// tests and tools the unsharded form.
-  void gather_state() override;
-  /// lr, num_steps and num_params; with the full-size buffers of every parameter (the unsharded
-  /// optimizer's form) only after gather_state(), until the next step. A checkpoint takes the buffers
-  /// from state_piece().
+  /// lr, num_steps and num_params: the buffers are each rank's own, in its shard file (state_piece()).
   std::map<std::string, torch::Tensor> state() const override;
-  /// Loads an unsharded-form state (as written by an unsharded run, or by gather_state() and state()):
+  /// Loads an unsharded-form state (as written by an unsharded run, or gathered from every rank's shard):
   /// each rank takes its shard's slices, so a checkpoint resumes on any world size, budgets or
   /// --zero-sharding. Throws hetseq::InputError when the parameter count differs, or as the shard
   /// optimizer's load_state().
@@ -68,9 +61,9 @@ class ShardedOptimizer final : public optim::Optimizer {
   /// Loads a sharded checkpoint's state: this rank reads its own shard's range from `pieces` (the shard
   /// files it overlaps, whatever world size and budgets wrote them). Throws as load_state() and as
   /// StateSource::read_range(). See Note [Sharded optimizer state in checkpoints].
-  void load_state(const std::map<std::string, torch::Tensor>& scalars, const optim::StateSource& pieces) override;
+  void load_state(const std::map<std::string, torch::Tensor>& scalars, const optim::StateSource& pieces);
   /// This rank's shard of the buffers, per parameter (aliasing the live buffers): what its shard file keeps.
-  std::optional<optim::StatePiece> state_piece() const override;
+  optim::StatePiece state_piece() const;
 
   /// This rank's shard of the flat parameter space.
   ShardRange shard() const { return gather_->plan()[static_cast<size_t>(gather_->rank())]; }
@@ -78,8 +71,6 @@ class ShardedOptimizer final : public optim::Optimizer {
   const std::vector<ShardRange>& plan() const { return gather_->plan(); }
   /// Bytes of the optimizer state this rank holds (its buffers' tensors).
   int64_t state_bytes() const;
-  /// The optimizer over this rank's shard.
-  optim::Optimizer& shard_optimizer() { return *shard_; }
 
  protected:
   std::vector<std::string> buffer_names() const override { return {}; }
@@ -98,7 +89,6 @@ class ShardedOptimizer final : public optim::Optimizer {
   int64_t budget_bytes_;
   Report report_;
   bool reported_ = false;
-  std::map<std::string, torch::Tensor> gathered_;  // gather_state()'s result, until the next step
 };
 
 }  // namespace hetseq

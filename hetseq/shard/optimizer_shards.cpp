@@ -1,11 +1,9 @@
-#include "hetseq/checkpoint/optimizer_shards.h"
+#include "hetseq/shard/optimizer_shards.h"
 
 #include <zlib.h>
 
 #include <cstdio>
-#include <functional>
 #include <random>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -49,9 +47,6 @@ uint32_t crc_update(uint32_t crc, const void* data, size_t n) {
 
 std::string hex(uint32_t crc) { return fmt::format("{:08x}", crc); }
 
-// The stem of a checkpoint's file name: checkpoint_last for checkpoint_last.pt.
-std::string stem_of(const fs::path& checkpoint) { return checkpoint.stem().string(); }
-
 // The size and CRC-32 of a file, read a MiB at a time; nullopt when it cannot be opened.
 std::optional<std::pair<int64_t, uint32_t>> size_and_crc(const fs::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -76,15 +71,6 @@ std::string new_save_id() {
   std::random_device device;
   const uint64_t id = (static_cast<uint64_t>(device()) << 32) ^ device();
   return fmt::format("{:016x}", id);
-}
-
-fs::path shard_file_path(const fs::path& checkpoint, const std::string& save_id, int64_t rank, int64_t world_size) {
-  return checkpoint.parent_path() /
-         fmt::format("{}.{}.shard-{}-of-{}.pt", stem_of(checkpoint), save_id, rank, world_size);
-}
-
-fs::path manifest_path(const fs::path& checkpoint, const std::string& save_id) {
-  return checkpoint.parent_path() / fmt::format("{}.{}.manifest.json", stem_of(checkpoint), save_id);
 }
 
 ShardFileEntry write_optimizer_shard(const optim::StatePiece& piece, const std::string& save_id, int64_t rank,
@@ -196,40 +182,6 @@ ShardManifest read_manifest(const fs::path& path) {
                            m.world_size, m.total_numel));
   }
   return m;
-}
-
-namespace {
-
-// Removes the shard files and manifests in `dir` ("<stem>.<save id>.shard-r-of-W.pt", "<stem>.<save
-// id>.manifest.json") for which `doomed(stem, save_id)` holds; returns the removed files.
-std::vector<fs::path> remove_shard_files(const fs::path& dir,
-                                         const std::function<bool(const std::string&, const std::string&)>& doomed) {
-  static const std::regex kName(R"((.+)\.([0-9a-f]{16})\.(shard-\d+-of-\d+\.pt|manifest\.json))");
-  std::vector<fs::path> found, removed;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    std::smatch m;
-    if (std::regex_match(name, m, kName) && doomed(m[1].str(), m[2].str())) found.push_back(entry.path());
-  }
-  for (const auto& p : found) {
-    if (fs::remove(p, ec)) removed.push_back(p);
-  }
-  return removed;
-}
-
-}  // namespace
-
-std::vector<fs::path> remove_shard_sets(const fs::path& checkpoint, const std::string& keep) {
-  const fs::path dir = checkpoint.parent_path().empty() ? fs::path(".") : checkpoint.parent_path();
-  const std::string stem = stem_of(checkpoint);
-  return remove_shard_files(dir, [&](const std::string& s, const std::string& id) { return s == stem && id != keep; });
-}
-
-std::vector<fs::path> remove_orphan_shard_sets(const fs::path& dir) {
-  return remove_shard_files(dir, [&](const std::string& stem, const std::string&) {
-    return !fs::exists(dir / (stem + ".pt"));
-  });
 }
 
 OptimizerShards::OptimizerShards(fs::path checkpoint, fs::path manifest_file, ShardManifest manifest)

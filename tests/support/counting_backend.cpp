@@ -1,4 +1,4 @@
-#include "hetseq/world/counting_backend.h"
+#include "support/counting_backend.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
 
@@ -138,6 +138,10 @@ c10::intrusive_ptr<c10d::Work> CountingBackend::barrier(const c10d::BarrierOptio
 void CountingBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   record("barrier", {});
   inner_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+c10::intrusive_ptr<c10d::Backend> count_collectives(c10::intrusive_ptr<c10d::Backend> backend) {
+  return c10::make_intrusive<CountingBackend>(std::move(backend));
 }
 
 CountingBackend* counting_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {

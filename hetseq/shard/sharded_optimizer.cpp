@@ -1,6 +1,4 @@
-#include "hetseq/train/sharded_optimizer.h"
-
-#include <set>
+#include "hetseq/shard/sharded_optimizer.h"
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
@@ -22,12 +20,13 @@ namespace hetseq {
 // is the ordinary one, built by the same factory over these views, so its buffers (zeros_like the
 // views) have the shard's size: the memory saved is (1 - numel_r / T) of the state.
 //
-// The update. The reducer allreduces the full gradients as without sharding, and the Controller
-// divides, measures the global norm, checks overflow and clips them on every rank as before: every
-// rank holds the same reduced gradients, so the norm and the clip factor are the global ones with no
-// further collective. The step then gives each view the same view of its parameter's gradient, runs
-// the optimizer on the views (updating the parameters' storage in place) and gathers the shards to
-// every rank (ShardGather, Note [Gathering uneven shards]).
+// The update, as the Controller runs it through the `os` ShardingStrategy (OptimizerStateSharding).
+// reduce(): the reducer allreduces the full gradients as without sharding, and the Controller divides,
+// measures the global norm, checks overflow and clips them on every rank as before: every rank holds
+// the same reduced gradients, so the norm and the clip factor are the global ones with no further
+// collective. step() (step_shard) then gives each view the same view of its parameter's gradient and
+// runs the optimizer on the views (updating the parameters' storage in place); gather() brings the
+// shards to every rank (ShardGather, Note [Gathering uneven shards]).
 //
 // Exactness. Adam (with weight decay), SGD with momentum and Adadelta are elementwise: an element's
 // new value and state depend only on that element's value, gradient and state, the learning rate and
@@ -48,8 +47,8 @@ namespace hetseq {
 // Not done: os+grad (each rank keeping only its slice of the reduced gradients). The c10d-style
 // reducer allreduces whole buckets into the parameters' .grad views, and the global norm and clip
 // read every gradient; a reduce-scatter with uneven splits would need buckets cut at shard
-// boundaries and a norm over partial sums, which this first step leaves out (issue 27). Checkpoints:
-// see Note [Sharded optimizer state in checkpoints].
+// boundaries and a norm over partial sums, which this first step leaves out (issues 27, 38). Checkpoints:
+// see Note [Sharded optimizer state in checkpoints] (sharded_save.cpp).
 
 std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Tensor> params,
                                                            const optim::OptimizerFactory& make,
@@ -98,6 +97,11 @@ ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params, std::vecto
       report_(std::move(report)) {}
 
 void ShardedOptimizer::step() {
+  step_shard();
+  gather();
+}
+
+void ShardedOptimizer::step_shard() {
   torch::NoGradGuard no_grad;
   shard_->set_lr(lr());
   for (size_t k = 0; k < views_.size(); ++k) {
@@ -109,9 +113,11 @@ void ShardedOptimizer::step() {
       views_[k].mutable_grad().reset();
     }
   }
-  gathered_.clear();
   shard_->step();
   for (auto& v : views_) v.mutable_grad().reset();
+}
+
+void ShardedOptimizer::gather() {
   gather_->gather();
   if (!reported_) report_plan();
 }
@@ -146,136 +152,7 @@ void ShardedOptimizer::report_plan() {
   if (report_) report_(reports);
 }
 
-// Note [Sharded optimizer state in checkpoints]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Under --zero-sharding os no rank holds the whole optimizer state, at a save or at a resume. For a
-// checkpoint name N.pt (checkpoint_last.pt, checkpoint_best.pt, checkpoint{E}.pt, checkpoint_{E}_{U}.pt)
-// a save writes, in --save-dir:
-//
-//   N.<id>.shard-<r>-of-<W>.pt  rank r's state_piece(): "param.{i}.step" and "param.{i}.{buffer}" (1-D,
-//                               parameter i's elements in the rank's range [first, first + numel) of the
-//                               flat space), with save id, rank, W, first and numel (torch.save format)
-//   N.<id>.manifest.json        save id, N, update count, W, total elements, and per rank: first, numel,
-//                               the shard file's name, size and CRC-32
-//   N.pt                        the whole model and every other entry as before; its optimizer state has
-//                               lr, num_steps and num_params, and `shards` {save_id, world_size}
-//
-// <id> is 16 random hex digits drawn by rank 0 at each save. The order (Checkpointer::save_sharded):
-// rank 0 picks the names and the id and shares them through the store (SaveFence::share); every rank
-// but 0 writes its shard for the first name (write temp, fsync, rename, fsync the directory) and posts
-// its entry, under a heartbeat of its own (SaveFence::write_part, Note [Lost writers]); inside the checkpoint fence (Note [Checkpoint fence]), under its
-// heartbeat, rank 0 writes its own, collects every entry (SaveFence::collect), copies the shards for
-// the other names, writes one manifest per name, and writes N.pt last. N.pt's rename is the commit: until it happens N.pt is the previous save's, whose
-// shards and manifest carry the previous id in their names and were not touched, so a process killed at
-// any point leaves the previous checkpoint loadable (only one rename can be atomic; that is why the id
-// is in the names rather than a manifest of fixed name being renamed over the old one). Afterwards rank
-// 0 removes every other shard set of the names it wrote (earlier saves, and what a killed save left);
-// the retention flags remove a checkpoint's shard sets with it (CheckpointManager, remove_shard_sets),
-// and at start rank 0 removes the sets whose N.pt is not there (remove_orphan_shard_sets: a save killed
-// under a name never written again, such as an interval checkpoint's). The fence's store keys are per
-// save point, not per update count (Note [Checkpoint fence]): fp16 can skip every update between two.
-// A rank whose shard cannot be written posts its error, and every rank fails with it through the fence.
-//
-// Load (TrainSession::build_model, on every rank, before anything is written): N.pt names its save id;
-// OptimizerShards::open reads N.<id>.manifest.json, checks that its save id, world size and update count
-// are N.pt's and that every shard file exists with the listed size and CRC-32 (streamed, a MiB at a
-// time), and stops with one line naming the manifest or the shard file otherwise (an input error: exit
-// code 3). The optimizer then reads its range (StateSource::read_range): a ShardedOptimizer its own
-// shard of the new plan, which may span several old shard files, read one at a time and cut to the
-// overlaps; an unsharded optimizer the whole range. So a sharded checkpoint resumes on another world
-// size, other budgets or --zero-sharding none, and an ordinary checkpoint (full-size buffers in N.pt,
-// from none or from an older hetseq that gathered the shards) loads into os as before (load_state
-// narrows it). Peak memory: at a save the rank's own shard (it is streamed from the live buffers); at a
-// resume its new shard plus one old shard file. The ranks' resume check compares model, schedule and
-// position; each rank's shard was checked against the manifest. gather_state() remains for tests.
-
-void ShardedOptimizer::gather_state() {
-  torch::NoGradGuard no_grad;
-  gathered_.clear();
-  const auto inner = shard_->state();
-  // The buffer names, from this rank's views; every rank runs the same optimizer on views that step
-  // together (a view steps when its parameter has a gradient), so the names agree once any has stepped.
-  std::set<std::string> names;
-  for (const auto& [key, t] : inner) {
-    if (key.rfind("param.", 0) != 0) continue;
-    const std::string rest = key.substr(key.find('.', 6) + 1);
-    if (rest != "step") names.insert(rest);
-  }
-  const int64_t world = group_->getSize();
-  std::vector<int64_t> counts{static_cast<int64_t>(names.size())};
-  // [rank] how many buffer names: the same on every rank, or the shards cannot be gathered.
-  std::vector<torch::Tensor> in{torch::tensor(counts, torch::kInt64).to(params()[0].device())};
-  std::vector<std::vector<torch::Tensor>> out(1);
-  for (int64_t r = 0; r < world; ++r) out[0].push_back(torch::empty({1}, in[0].options()));
-  wait_for_peers(group_->allgather(out, in), gather_->rank(), world, "allgather of the optimizer buffers' count");
-  for (int64_t r = 0; r < world; ++r) {
-    if (out[0][static_cast<size_t>(r)].cpu().item<int64_t>() != counts[0]) {
-      throw InputError(fmt::format("--zero-sharding os: rank {} holds {} optimizer buffers per parameter and rank {} "
-                                   "holds {}, so the state cannot be gathered for a checkpoint (a rank whose shard "
-                                   "never had a gradient?); use --no-save-optimizer-state",
-                                   r, out[0][static_cast<size_t>(r)].cpu().item<int64_t>(), gather_->rank(),
-                                   counts[0]));
-    }
-  }
-  std::vector<int64_t> numels;
-  for (const auto& p : params()) numels.push_back(p.numel());
-  const auto value_options = params()[0].options().dtype(torch::kFloat32);
-  std::map<std::string, torch::Tensor> full;  // [buffer name] flat over all parameters
-  for (const auto& name : names) full[name] = torch::zeros({plan().back().first + plan().back().numel}, value_options);
-  std::vector<int64_t> steps(params().size(), 0);  // [param]
-  for (int64_t r = 0; r < world; ++r) {
-    const ShardRange range = plan()[static_cast<size_t>(r)];
-    const auto slices = shard_slices(numels, range);
-    const auto n = static_cast<int64_t>(slices.size());
-    // The rank's buffers side by side ([name][element of its shard]), then its views' update counts.
-    torch::Tensor values = torch::zeros({static_cast<int64_t>(names.size()), range.numel}, value_options);
-    torch::Tensor counts_of =
-        torch::zeros({n}, torch::TensorOptions().dtype(torch::kInt64).device(params()[0].device()));
-    if (r == gather_->rank()) {
-      int64_t at = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const auto step = inner.find(fmt::format("param.{}.step", k));
-        if (step != inner.end()) counts_of[k] = step->second.item<int64_t>();
-        int64_t row = 0;
-        for (const auto& name : names) {
-          const auto b = inner.find(fmt::format("param.{}.{}", k, name));
-          if (b != inner.end()) values[row].narrow(0, at, slices[k].numel).copy_(b->second.reshape({-1}));
-          ++row;
-        }
-        at += slices[k].numel;
-      }
-    }
-    std::vector<torch::Tensor> tensors{values, counts_of};
-    for (auto& t : tensors) {
-      std::vector<torch::Tensor> one{t};
-      c10d::BroadcastOptions options;
-      options.rootRank = r;
-      wait_for_peers(group_->broadcast(one, options), gather_->rank(), world,
-                     fmt::format("broadcast of rank {}'s optimizer shard", r));
-    }
-    int64_t row = 0;
-    for (const auto& name : names) full[name].narrow(0, range.first, range.numel).copy_(values[row++]);
-    const torch::Tensor c = counts_of.cpu();
-    for (int64_t k = 0; k < n; ++k) steps[slices[k].param] = std::max(steps[slices[k].param], c[k].item<int64_t>());
-  }
-  gathered_["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
-  gathered_["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
-  gathered_["num_params"] = torch::scalar_tensor(static_cast<int64_t>(params().size()), torch::kInt64);
-  int64_t start = 0;
-  for (size_t i = 0; i < params().size(); ++i) {
-    if (steps[i] > 0) {
-      gathered_[fmt::format("param.{}.step", i)] = torch::scalar_tensor(steps[i], torch::kInt64);
-      for (const auto& name : names) {
-        gathered_[fmt::format("param.{}.{}", i, name)] =
-            full[name].narrow(0, start, numels[i]).view(params()[i].sizes()).to(params()[i].scalar_type());
-      }
-    }
-    start += numels[i];
-  }
-}
-
 std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
-  if (!gathered_.empty()) return gathered_;
   std::map<std::string, torch::Tensor> out;
   out["lr"] = torch::scalar_tensor(lr(), torch::kFloat64);
   out["num_steps"] = torch::scalar_tensor(shard_->num_steps(), torch::kInt64);
@@ -283,7 +160,7 @@ std::map<std::string, torch::Tensor> ShardedOptimizer::state() const {
   return out;
 }
 
-std::optional<optim::StatePiece> ShardedOptimizer::state_piece() const {
+optim::StatePiece ShardedOptimizer::state_piece() const {
   optim::StatePiece piece;
   piece.first = shard().first;
   piece.numel = shard().numel;

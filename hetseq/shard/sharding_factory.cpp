@@ -1,0 +1,32 @@
+#include "hetseq/shard/sharding_factory.h"
+
+#include "hetseq/core/logging.h"
+#include "hetseq/shard/no_sharding.h"
+#include "hetseq/shard/optimizer_state_sharding.h"
+
+namespace hetseq {
+
+std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tensor> params,
+                                                         const optim::OptimizerFactory& make,
+                                                         std::shared_ptr<GradientReducer> reducer,
+                                                         c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                         const ShardingOptions& options) {
+  if (options.mode == ZeroSharding::kNone || !group || group->getSize() == 1) {
+    if (options.mode != ZeroSharding::kNone) {
+      log::info("[zero] one rank: --zero-sharding {} has nothing to shard", to_string(options.mode));
+    }
+    return std::make_unique<NoSharding>(make(std::move(params)), std::move(reducer));
+  }
+  ShardedOptimizerOptions sharded;
+  sharded.budget_bytes = options.budget_bytes;
+  const bool json = options.json;
+  const int64_t rank = group->getRank();
+  // The plan's lines, printed once after the first update, when the state exists.
+  auto report = [json, rank](const std::vector<ShardReport>& ranks) {
+    if (rank == 0) print_shard_reports(ranks, json);
+  };
+  return std::make_unique<OptimizerStateSharding>(
+      ShardedOptimizer::create(std::move(params), make, std::move(group), sharded, report), std::move(reducer));
+}
+
+}  // namespace hetseq

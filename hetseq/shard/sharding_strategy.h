@@ -1,0 +1,58 @@
+#pragma once
+/// --zero-sharding as one interface: what the Controller calls in each update to reduce the gradients,
+/// step this rank's part, and gather the parameters, and a checkpoint's part of the optimizer state.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+#include "hetseq/reduce/gradient_reducer.h"
+#include "hetseq/optim/optimizer.h"
+#include "hetseq/shard/zero_sharding.h"
+
+namespace hetseq {
+
+/// How the parameters, gradients and optimizer state are spread over the ranks, as the update sees it
+/// (one per --zero-sharding choice: NoSharding, OptimizerStateSharding; make_sharding_strategy in
+/// sharding_factory.h picks one). The Controller owns one and,
+/// in each update, after the backward passes that the reducer's hooks watch, calls reduce(), then
+/// (after dividing and clipping the reduced gradients) step() and gather(), every rank at the same
+/// point. The Checkpointer asks it for state_piece(); a resume from a sharded checkpoint goes through
+/// load_state(). See Note [Sharded optimizer state].
+class ShardingStrategy {
+ public:
+  virtual ~ShardingStrategy() = default;
+
+  /// The --zero-sharding choice it implements.
+  virtual ZeroSharding mode() const = 0;
+  /// The optimizer that the LR schedule, the hyper-parameters, zero_grad() and a checkpoint's optimizer
+  /// entries see: over every parameter (under `os` a ShardedOptimizer, which keeps state for its shard).
+  virtual optim::Optimizer& optimizer() = 0;
+  /// The gradient reducer whose hooks the Controller arms around each update's backward passes.
+  virtual GradientReducer& reducer() = 0;
+
+  /// 1. After the update's last backward: the reduced gradients where step() reads them. `none`, `os`:
+  /// every rank holds the sum over the ranks of every gradient (GradientReducer::finish_update).
+  virtual void reduce() = 0;
+  /// 2. Steps this rank's part of the parameters with the divided, clipped gradients: all of them
+  /// (`none`), or its shard (`os`).
+  virtual void step() = 0;
+  /// 3. Every rank's updated parameters to every rank: a collective under `os` (ShardGather), nothing
+  /// under `none`.
+  virtual void gather() = 0;
+
+  /// This rank's part of the optimizer's buffers for its shard file in a checkpoint (aliasing the live
+  /// buffers), or nullopt where the checkpoint keeps the whole state (optimizer().state()). See Note
+  /// [Sharded optimizer state in checkpoints].
+  virtual std::optional<optim::StatePiece> state_piece() const = 0;
+  /// Restores a sharded checkpoint's optimizer state: `scalars` ("lr", "num_steps", "num_params") from
+  /// the checkpoint, the buffers read by range from `pieces` (this rank's range: all of it under
+  /// `none`). Throws hetseq::InputError as Optimizer::load_state() and StateSource::read_range().
+  virtual void load_state(const std::map<std::string, torch::Tensor>& scalars, const optim::StateSource& pieces) = 0;
+};
+
+}  // namespace hetseq

@@ -1,0 +1,132 @@
+// The Controller's updates from a CUDA graph (--cuda-graph): Note [CUDA-graph updates].
+#include "hetseq/core/error.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/train/controller.h"
+#include "hetseq/train/controller_detail.h"
+
+namespace hetseq {
+
+// Note [CUDA-graph updates]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With batches of one shape, an update launches the same kernels with the same arguments every time: on a GPU
+// with a batch that is small for it, launching them costs more than running them. --cuda-graph records the
+// kernels of an update once into a CUDA graph and replays it (at::cuda::CUDAGraph):
+// - when: a world of one, no --fp16 loss scaling (its skip decision is the host's), updates of one micro-batch;
+//   the task pads its batches to one shape (TaskContext::static_shapes; BERT: Note [Static BERT batches]).
+//   Elsewhere the constructor prints one line saying why, and every update is eager.
+// - what: zeroing the gradients, the forward pass (under autocast, its cast cache off while capturing), the
+//   backward pass, the division by the sample count, the gradient norm and the clip, decided on the device
+//   (Note [Reading an update late]). The graph's inputs are static device tensors that each replay first
+//   copies its batch into; its outputs (the statistics, the norm) live in the graph's memory and are copied to
+//   the host after each replay as an eager update's are.
+// - order: the first fitting update runs eagerly on the capture stream (cuBLAS's and cuDNN's lazy set-up
+//   happens there, outside a capture, and the optimizer makes its state); the second is captured and then
+//   replayed; every later one is replayed. A batch of another shape (the short last batch of an epoch) trains
+//   eagerly in between; the line that says so comes once.
+// - dropout: the update's seed is set before each replay; the graph reads the CUDA generator's seed and offset
+//   when it is replayed, so each update draws its own masks.
+// - the optimizer step runs eagerly after the replay: hetseq's Adam passes the fused kernel an epsilon that
+//   depends on the step count (Note [Fused Adam]), a host number that a graph would freeze. It is a handful of
+//   multi-tensor launches; the forward and backward passes are the thousand-odd launches that a graph saves.
+// - the host statistics (sample_size, ...) are those of the captured update: the task's contract for static
+//   shapes is that they depend on the batch's shape only (BERT counts its masked tokens on the device then).
+
+bool Controller::fits_graph(const std::vector<Batch>& micro_batches) {
+  const Batch& batch = micro_batches.front();
+  bool fits = micro_batches.size() == 1 && !batch.empty();
+  if (fits && graph_state_ == GraphState::kReplay) {
+    fits = batch.num_samples == graph_batch_.num_samples && batch.fields.size() == graph_batch_.fields.size();
+    for (const auto& [name, tensor] : graph_batch_.fields) {
+      const auto it = batch.fields.find(name);
+      fits = fits && it != batch.fields.end() && it->second.sizes() == tensor.sizes() &&
+             it->second.scalar_type() == tensor.scalar_type();
+    }
+  }
+  if (!fits && !graph_shape_told_) {
+    graph_shape_told_ = true;
+    log::info("[cuda-graph] update {} has {} micro-batch(es) of {} samples, not one of the captured shape: it and "
+              "any other such update train uncaptured",
+              num_updates_ + 1, micro_batches.size(), batch.num_samples);
+  }
+  return fits;
+}
+
+UpdateResult Controller::capture_update(const Batch& batch) {
+  {
+    torch::NoGradGuard no_grad;
+    graph_batch_ = Batch();
+    graph_batch_.num_samples = batch.num_samples;
+    for (const auto& [name, tensor] : batch.fields) graph_batch_.fields.emplace(name, tensor.clone());
+  }
+  model_->train();
+  torch::manual_seed(detail::update_seed(options_.seed, num_updates_, options_.rank));
+  try {
+    graph_->capture([&] {
+      sharding_->optimizer().zero_grad();
+      LogSums local;
+      LogTensors local_tensors;
+      bool called = false;
+      const Task::Backward backward = [&](const StepOutput& step) {
+        detail::add_step(local, local_tensors, step);
+        called = true;
+        run_backward(step.loss, 0, 1, 1.0);
+      };
+      {
+        const AutocastGuard autocast(options_.device, options_.precision);
+        task_.train_step(*model_, graph_batch_, backward);
+      }
+      if (!called) {
+        throw InputError("--cuda-graph: the task's train_step returned without calling the Backward it was given");
+      }
+      UpdateResult captured;
+      captured.loss_scale = 1.0;
+      normalise_and_clip(sum_or(local, "sample_size"), captured);
+      graph_host_log_ = std::move(local);
+      graph_tensors_ = std::move(local_tensors);
+      graph_norm_ = late_norm_;
+    });
+  } catch (const c10::Error& e) {
+    graph_state_ = GraphState::kOff;
+    graph_ = nullptr;
+    graph_batch_ = Batch();
+    log::warn("[cuda-graph] not captured: the update could not be recorded ({}); training goes on uncaptured",
+              e.what_without_backtrace());
+    return eager_update({batch});
+  }
+  graph_state_ = GraphState::kReplay;
+  log::info("[cuda-graph] update {} captured: {} samples a batch, replayed from now on", num_updates_ + 1,
+            batch.num_samples);
+  return replay_update(batch);
+}
+
+UpdateResult Controller::replay_update(const Batch& batch) {
+  meters_.train_wall.start();
+  model_->train();
+  torch::manual_seed(detail::update_seed(options_.seed, num_updates_, options_.rank));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, tensor] : graph_batch_.fields) tensor.copy_(batch.fields.at(name), /*non_blocking=*/true);
+  }
+  UpdateResult result;
+  result.loss_scale = 1.0;
+  sharding_->reducer().before_forward();
+  channel_->start_update(graph_host_log_, stop_vote_);
+  {
+    const TraceSpan span(tracer_.get(), "graph_replay");
+    graph_->replay();
+  }
+  finish_round(result);
+  late_tensors_ = graph_tensors_;
+  late_norm_ = graph_norm_;
+  result.gnorm = std::nan("");
+  result.late = true;
+  {
+    const TraceSpan span(tracer_.get(), "optimizer");
+    sharding_->step();
+    sharding_->gather();
+  }
+  end_update(result);
+  return result;
+}
+
+}  // namespace hetseq
