@@ -64,6 +64,16 @@ std::shared_ptr<Tracer> BucketHook::launch(int index, int64_t bytes, bool device
   return tracer;
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> BucketHook::reduce(
+    int index, int64_t bytes, bool device_span,
+    const std::function<c10::intrusive_ptr<c10::ivalue::Future>()>& start_reduction, const char* how,
+    std::function<c10::IValue(c10::ivalue::Future&)> finish) {
+  Tracer::DeviceSpan* on_device = nullptr;
+  const auto tracer = launch(index, bytes, device_span, &on_device);
+  const auto start = detail::CommClock::Clock::now();
+  return complete(start_reduction(), index, bytes, start, tracer, on_device, how, std::move(finish));
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> BucketHook::complete(
     const c10::intrusive_ptr<c10::ivalue::Future>& future, int index, int64_t bytes,
     detail::CommClock::Clock::time_point start, const std::shared_ptr<Tracer>& tracer, Tracer::DeviceSpan* on_device,

@@ -41,6 +41,12 @@ class BucketHook : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::Pr
                                                    std::function<c10::IValue(c10::ivalue::Future&)> finish);
   /// Starts the clock and the device span of bucket `index` of `bytes`; returns the tracer (null: none).
   std::shared_ptr<Tracer> launch(int index, int64_t bytes, bool device_span, Tracer::DeviceSpan** on_device);
+  /// One bucket's reduction from start to end: launch(), then `start_reduction` (the future of the sum), then
+  /// complete() with `how` and `finish`.
+  c10::intrusive_ptr<c10::ivalue::Future> reduce(
+      int index, int64_t bytes, bool device_span,
+      const std::function<c10::intrusive_ptr<c10::ivalue::Future>()>& start_reduction, const char* how,
+      std::function<c10::IValue(c10::ivalue::Future&)> finish = nullptr);
 
   std::shared_ptr<detail::CommClock> clock_;
 };

@@ -20,11 +20,8 @@ c10::intrusive_ptr<c10::ivalue::Future> CastHook::runHook(c10d::GradBucket& buck
   std::vector<at::Tensor> tensors{(scale == 1 ? buffer : buffer / scale).to(wire_type(kind_))};
   const auto index = static_cast<int>(bucket.getIndex());
   const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
-  Tracer::DeviceSpan* on_device = nullptr;
-  const auto tracer = launch(index, bytes, /*device_span=*/true, &on_device);
-  const auto start = detail::CommClock::Clock::now();
-  return complete(state_->allreduce(tensors)->getFuture(), index, bytes, start, tracer, on_device, how_.c_str(),
-                  [buffer, scale](c10::ivalue::Future& done) {
+  return reduce(index, bytes, /*device_span=*/true, [&] { return state_->allreduce(tensors)->getFuture(); },
+                how_.c_str(), [buffer, scale](c10::ivalue::Future& done) {
                     buffer.copy_(done.value().toTensorVector()[0]);
                     if (scale != 1) buffer.mul_(scale);
                     return c10::IValue(std::vector<at::Tensor>{buffer});

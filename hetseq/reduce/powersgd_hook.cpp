@@ -15,11 +15,8 @@ c10::intrusive_ptr<c10::ivalue::Future> PowerSgdHook::runHook(c10d::GradBucket& 
   at::Tensor buffer = bucket.getBufferRef();
   const auto index = static_cast<int>(bucket.getIndex());
   const int64_t bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
-  Tracer::DeviceSpan* on_device = nullptr;
-  const auto tracer = launch(index, bytes, /*device_span=*/true, &on_device);
-  const auto start = detail::CommClock::Clock::now();
-  return complete(powersgd_->reduce(index, buffer, bucket.getGradients()), index, bytes, start, tracer, on_device, "",
-                  nullptr);
+  return reduce(index, bytes, /*device_span=*/true,
+                [&] { return powersgd_->reduce(index, buffer, bucket.getGradients()); }, "");
 }
 
 }  // namespace hetseq

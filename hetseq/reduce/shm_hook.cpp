@@ -15,11 +15,8 @@ c10::intrusive_ptr<c10::ivalue::Future> SharedMemoryHook::runHook(c10d::GradBuck
   at::Tensor buffer = bucket.getBufferRef();
   const auto index = static_cast<int>(bucket.getIndex());
   const int64_t bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
-  Tracer::DeviceSpan* on_device = nullptr;
-  const auto tracer = launch(index, bytes, /*device_span=*/false, &on_device);
-  const auto start = detail::CommClock::Clock::now();
-  return complete(shm_->allreduce_bucket_async(buffer, index), index, bytes, start, tracer, on_device, nullptr,
-                  nullptr);
+  return reduce(index, bytes, /*device_span=*/false, [&] { return shm_->allreduce_bucket_async(buffer, index); },
+                nullptr);
 }
 
 }  // namespace hetseq

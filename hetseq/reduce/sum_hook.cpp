@@ -7,10 +7,7 @@ c10::intrusive_ptr<c10::ivalue::Future> SumHook::runHook(c10d::GradBucket& bucke
   std::vector<at::Tensor> tensors{bucket.getBufferRef()};
   const auto index = static_cast<int>(bucket.getIndex());
   const int64_t bytes = tensors[0].numel() * static_cast<int64_t>(tensors[0].element_size());
-  Tracer::DeviceSpan* on_device = nullptr;
-  const auto tracer = launch(index, bytes, /*device_span=*/true, &on_device);
-  const auto start = detail::CommClock::Clock::now();
-  return complete(state_->allreduce(tensors)->getFuture(), index, bytes, start, tracer, on_device, "", nullptr);
+  return reduce(index, bytes, /*device_span=*/true, [&] { return state_->allreduce(tensors)->getFuture(); }, "");
 }
 
 }  // namespace hetseq
