@@ -1,4 +1,5 @@
 #include "hetseq/cli/spawn.h"
+#include "hetseq/cli/train_command.h"
 
 #include <sched.h>
 
@@ -210,6 +211,16 @@ int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], con
   launch.command_line = [flags](int64_t i, const std::string& init_method) {
     return worker_command_line(flags, i, init_method);
   };
+  // On CPUs the workers may be forks of this process that run hetseq-train's entry point: Note [Forked
+  // workers] (hetseq/world/launcher.cpp). CUDA does not survive a fork, so GPU workers start anew.
+  if (on_cpu) {
+    launch.run_worker = [](const std::vector<std::string>& args) {
+      std::vector<const char*> argv;
+      for (const auto& a : args) argv.push_back(a.c_str());
+      argv.push_back(nullptr);
+      return train_main(static_cast<int>(args.size()), argv.data());
+    };
+  }
   if (plan.host_store) {
     const InitMethod m = parse_init_method(plan.init_method, {});
     launch.host_tcp_store = true;

@@ -1,11 +1,16 @@
 #include "hetseq/world/launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <set>
 #include <thread>
 
@@ -22,6 +27,86 @@ namespace {
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
+// Note [Forked workers]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Starting hetseq-train again costs about 0.65 s of CPU before main() runs: LibTorch registers its
+// operators and the kernel maps 2.7 GB of libraries. A launcher that has done all of that already can
+// fork its workers instead: each child calls hetseq-train's entry point on the command line an exec'd
+// worker would get, with the environment it would get, and leaves with _Exit (the parent's static
+// objects are the parent's to destroy). On this 2-core machine that is most of a test suite's process
+// starts. A fork is safe only while the launcher runs one thread, because a child inherits no thread
+// but every lock that another thread held. So:
+//  - the workers are forked first, before the launcher hosts the TCP store (whose server is a thread);
+//    each waits on a pipe for the init method, which names the port that the store got;
+//  - a launcher with more than one thread (a CUDA driver's, an OpenMP pool's), or where a GPU is used
+//    (CUDA does not survive a fork), or where HETSEQ_WORKER_START=exec asks for it, starts its workers
+//    by posix_spawn of /proc/self/exe as before. A forked worker and an exec'd one run the same code
+//    from the same command line; the launcher's log line says which start was used.
+int threads_in_this_process() {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+bool may_fork(const LaunchOptions& o) {
+  if (!o.run_worker) return false;
+  const char* start = std::getenv(kWorkerStartEnv);
+  if (start != nullptr && std::string(start) == "exec") return false;
+  return threads_in_this_process() == 1;
+}
+
+// Reads the pipe to its end: the init method that the parent writes once it hosts the store.
+std::string read_all(int fd) {
+  std::string out;
+  char buf[512];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return out;
+    }
+  }
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the child is gone: the wait loop reports its exit
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The forked child of worker `i`: waits for the init method, then runs the worker (Note [Forked workers]).
+[[noreturn]] void run_forked_worker(const LaunchOptions& o, int64_t i, int read_fd, pid_t launcher) {
+  const std::string init_method = read_all(read_fd);
+  ::close(read_fd);
+  if (init_method.empty()) std::_Exit(kExitInternal);  // the launcher failed before it could say; it reports
+  if (o.host_tcp_store) ::setenv(kStoreHostedEnv, "1", 1);
+  ::setenv(kLauncherPidEnv, std::to_string(launcher).c_str(), 1);
+  log::set_rank(0);  // as in a new process, until the worker joins its world
+  log::enable_all_ranks(false);
+  const std::vector<std::string> args = o.command_line(i, init_method);
+  int code = kExitInternal;
+  try {
+    code = o.run_worker(args);
+  } catch (const std::exception& e) {
+    std::cerr << "hetseq-train: error: " << e.what() << std::endl;
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 }  // namespace
 
 int launch_workers(const LaunchOptions& o) {
@@ -31,6 +116,48 @@ int launch_workers(const LaunchOptions& o) {
                                  "--distributed-rank {}; the world needs at least {} ranks",
                                  o.world_size, o.num_workers, o.first_rank, o.first_rank + o.num_workers));
   }
+  std::vector<pid_t> pids;  // [worker]
+  // Forked workers come first, while this process runs one thread (Note [Forked workers]); each then
+  // waits on its pipe for the init method.
+  const bool forked = may_fork(o);
+  std::vector<int> init_pipes;  // [worker]: the write end
+  auto kill_started = [&] {
+    for (int fd : init_pipes) ::close(fd);
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  };
+  if (forked) {
+    const pid_t launcher = ::getpid();
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    for (int64_t i = 0; i < o.num_workers; ++i) {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) != 0) {
+        const int err = errno;
+        kill_started();
+        throw InputError(fmt::format("[launcher] cannot start worker {} (rank {}): pipe: {}", i, o.first_rank + i,
+                                     std::strerror(err)));
+      }
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::close(fds[1]);
+        for (int fd : init_pipes) ::close(fd);  // the other workers' pipes: their ends must see EOF
+        run_forked_worker(o, i, fds[0], launcher);
+      }
+      ::close(fds[0]);
+      if (pid < 0) {
+        const int err = errno;
+        ::close(fds[1]);
+        kill_started();
+        throw InputError(fmt::format("[launcher] cannot start worker {} (rank {}): fork: {}", i, o.first_rank + i,
+                                     std::strerror(err)));
+      }
+      pids.push_back(pid);
+      init_pipes.push_back(fds[1]);
+    }
+  }
+
   std::string init_method;
   c10::intrusive_ptr<c10d::TCPStore> store;  // kept alive while the workers run
   if (o.host_tcp_store) {
@@ -42,6 +169,7 @@ int launch_workers(const LaunchOptions& o) {
     try {
       store = c10::make_intrusive<c10d::TCPStore>(o.store_host, tcp);
     } catch (const c10::Error& e) {
+      kill_started();
       throw InputError(fmt::format("--distributed-init-method tcp://{}:{}: cannot host the rendezvous store: {}",
                                    o.store_host, o.store_port, e.what_without_backtrace()));
     }
@@ -51,29 +179,36 @@ int launch_workers(const LaunchOptions& o) {
     init_method = o.init_method;
   }
 
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  if (o.host_tcp_store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
-  env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(::getpid()));
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  std::vector<pid_t> pids;  // [worker]
-  for (int64_t i = 0; i < o.num_workers; ++i) {
-    std::vector<std::string> args = o.command_line(i, init_method);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
-      throw InputError(fmt::format("[launcher] cannot start worker {} (rank {}): {}", i, o.first_rank + i, std::strerror(rc)));
+  if (forked) {
+    for (int fd : init_pipes) {
+      write_all(fd, init_method);
+      ::close(fd);
     }
-    pids.push_back(pid);
+    init_pipes.clear();
+  } else {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+    if (o.host_tcp_store) env_strings.push_back(std::string(kStoreHostedEnv) + "=1");
+    env_strings.push_back(std::string(kLauncherPidEnv) + "=" + std::to_string(::getpid()));
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    for (int64_t i = 0; i < o.num_workers; ++i) {
+      std::vector<std::string> args = o.command_line(i, init_method);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid = -1;
+      const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+      if (rc != 0) {
+        kill_started();
+        throw InputError(fmt::format("[launcher] cannot start worker {} (rank {}): {}", i, o.first_rank + i, std::strerror(rc)));
+      }
+      pids.push_back(pid);
+    }
   }
-  log::info("[launcher] started {} workers, ranks {}..{}", o.num_workers, o.first_rank, o.first_rank + o.num_workers - 1);
+  log::info("[launcher] started {} workers, ranks {}..{} ({})", o.num_workers, o.first_rank,
+            o.first_rank + o.num_workers - 1, forked ? "forked" : "fork+exec");
 
   // See Note [Clean stops]: a signal to the launcher reaches every worker, which then finishes its
   // update, lets rank 0 save and leaves; a worker that has not gone after `stop_grace` is killed.

@@ -17,6 +17,10 @@ struct LaunchOptions {
   /// The command line of local worker `i` that joins through `init_method` (the resolved one). The
   /// program that launches knows its flags; the launcher knows none (cli/spawn.h: worker_command_line).
   std::function<std::vector<std::string>(int64_t i, const std::string& init_method)> command_line;
+  /// Runs a worker in this process on its command line and returns its exit code (hetseq-train's own
+  /// entry point). When set, and this process may fork safely, each worker is a fork of the launcher
+  /// that calls it instead of a new start of the program: see Note [Forked workers].
+  std::function<int(const std::vector<std::string>& argv)> run_worker;
   /// When this node holds rank 0 and the init method is tcp://HOST:PORT, the launcher hosts the TCP
   /// store itself (so PORT may be 0: it reads back the port it got and tells its workers).
   bool host_tcp_store = false;
@@ -36,8 +40,12 @@ inline constexpr const char* kLauncherPidEnv = "HETSEQ_LAUNCHER_PID";
 /// Environment variable the launcher sets for its workers when it hosts the TCP store.
 inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
 
-/// Starts the local workers by fork+exec of this program (posix_spawn of /proc/self/exe) and waits
-/// for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the
+/// Environment variable that makes the launcher start its workers by fork+exec even where it could fork
+/// them alone (HETSEQ_WORKER_START=exec): Note [Forked workers].
+inline constexpr const char* kWorkerStartEnv = "HETSEQ_WORKER_START";
+
+/// Starts the local workers, as forks of this process that run `run_worker` (Note [Forked workers]) or
+/// by fork+exec of this program (posix_spawn of /proc/self/exe), and waits for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the
 /// launcher reports the failing rank. SIGTERM or SIGINT to the launcher is passed on to every worker
 /// as SIGTERM (see Note [Clean stops]). Returns 0 when all succeeded, else the first non-zero code.
 int launch_workers(const LaunchOptions& options);

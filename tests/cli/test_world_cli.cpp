@@ -1,9 +1,12 @@
 // How hetseq-train forms its world, as a user meets it: the default world size of a node's workers,
-// and ranks that disagree on a flag stopped at start with the flag, two ranks and their two values.
+// ranks that disagree on a flag stopped at start with the flag, two ranks and their two values, and
+// workers forked by the launcher training as workers started anew.
 #include <catch2/catch.hpp>
 
 #include "hetseq/core/error.h"
+#include "hetseq/world/launcher.h"
 #include "support/mnist_files.h"
+#include "support/run_output.h"
 #include "support/subprocess.h"
 
 using namespace hetseq::test;
@@ -73,4 +76,31 @@ TEST_CASE("ranks that differ in a compared flag or in their data stop at start a
       }
     }
   }
+}
+
+// Note [Forked workers] (hetseq/world/launcher.cpp): on CPUs the launcher forks its workers, which run
+// hetseq-train's entry point on the command line that a worker started anew gets. The two starts must
+// train alike; HETSEQ_WORKER_START=exec asks for the start anew.
+TEST_CASE("workers forked by the launcher train exactly as workers started anew, and the log says which start", "[cli][world]") {
+  TempDir data;
+  write_random_mnist(data.path(), 300, 20);
+  std::map<std::string, std::map<int64_t, double>> losses;
+  for (const std::string start : {"fork", "exec"}) {
+    TempDir dir;
+    std::map<std::string, std::string> env;
+    if (start == "exec") env[hetseq::kWorkerStartEnv] = "exec";
+    const auto r = run_process({binary_path("hetseq-train"), "--task", "mnist", "--data", data.path(), "--cpu",
+                                "--distributed-gpus", "3", "--max-sentences", "7,13,29", "--optimizer", "adam",
+                                "--lr", "0.01", "--max-update", "4", "--disable-validation", "--no-save",
+                                "--log-format", "json", "--log-interval", "1", "--intra-op-threads", "1"},
+                               120s, env);
+    INFO(start << " stderr:\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(count_of(r.err, start == "fork" ? "[launcher] started 3 workers, ranks 0..2 (forked)"
+                                          : "[launcher] started 3 workers, ranks 0..2 (fork+exec)") == 1);
+    CHECK(count_of(r.err, "[launcher] rank 2 (worker 2, pid ") == 1);
+    losses[start] = losses_by_update(r.out);
+    CHECK(losses[start].size() == 4);
+  }
+  CHECK(losses["fork"] == losses["exec"]);
 }
