@@ -14,6 +14,7 @@
 
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
+#include "hetseq/world/launcher.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/process_checks.h"
@@ -72,7 +73,8 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
   const auto straight = run_process(node("straight"), 600s);
   require_success(straight, "uninterrupted run");
 
-  Process run(node("stopped"));
+  // The real program, whose command line carries the marker that processes_with() looks for.
+  Process run(node("stopped"), {{kTestStartEnv, "exec"}});
   REQUIRE(run.wait_for_err("4 updates)", 300s));  // checkpoint_1_4.pt saved: well inside epoch 1
   ::kill(run.pid(), SIGTERM);
   const auto signalled = std::chrono::steady_clock::now();
@@ -122,16 +124,26 @@ TEST_CASE("SIGTERM to the launcher: the workers finish their update, rank 0 save
   }
 }
 
-TEST_CASE("workers die with their launcher", "[cluster][signal]") {
+TEST_CASE("workers die with their launcher, forked or started anew", "[cluster][signal]") {
   TempDir dir;
   write_random_mnist(dir.path(), 960, 40);
-  Process run(with(mnist_train_args(dir.path(), dir / "save"),
-                   {"--max-sentences", "8", "--distributed-gpus", "2", "--distributed-init-method",
-                    "file://" + (dir / "rdv"), "--max-epoch", "50", "--disable-validation", "--no-save"}));
-  REQUIRE(run.wait_for_err("[train] 960 training samples", 120s));
-  REQUIRE(processes_with(dir / "save").size() == 3);  // the launcher and its two workers
-  ::kill(run.pid(), SIGKILL);  // the launcher only (the OOM killer, a lost node's agent)
-  CHECK(wait_gone(dir / "save", 10s).empty());
+  // The launcher is the real program (its command line carries the marker); its workers are its forks
+  // (Note [Forked workers]) or new starts of it, and both carry the marker too.
+  for (const std::string start : {"fork", "exec"}) {
+    DYNAMIC_SECTION(start) {
+      std::map<std::string, std::string> env{{kTestStartEnv, "exec"}};
+      if (start == "exec") env[kWorkerStartEnv] = "exec";
+      Process run(with(mnist_train_args(dir.path(), dir / ("save-" + start)),
+                       {"--max-sentences", "8", "--distributed-gpus", "2", "--distributed-init-method",
+                        "file://" + (dir / ("rdv-" + start)), "--max-epoch", "50", "--disable-validation", "--no-save"}),
+                  env);
+      REQUIRE(run.wait_for_err("[train] 960 training samples", 120s));
+      CHECK_THAT(run.err_so_far(), Contains(start == "fork" ? "(forked)" : "(fork+exec)"));
+      REQUIRE(processes_with(dir / ("save-" + start)).size() == 3);  // the launcher and its two workers
+      ::kill(run.pid(), SIGKILL);  // the launcher only (the OOM killer, a lost node's agent)
+      CHECK(wait_gone(dir / ("save-" + start), 10s).empty());
+    }
+  }
 }
 
 TEST_CASE("two workers started with the same rank fail at once, naming both", "[cluster][rendezvous]") {

@@ -7,14 +7,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include <torch/cuda.h>
+
+#include "hetseq/cli/train_command.h"
+#include "hetseq/core/logging.h"
+#include "hetseq/core/memory.h"
+#include "hetseq/world/launcher.h"
 #include "support/test_paths.h"
 
 extern char** environ;
@@ -37,11 +45,100 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// Note [Forked test programs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Most of the suite's CPU time went into starting LibTorch: about 0.65 s of CPU for each of some 300
+// starts of hetseq-train (operator registration, mapping 2.7 GB of libraries). This test binary links
+// the same library, has paid that cost already, and runs hetseq-train's entry point (cli::train_main,
+// and cli::eval_main for hetseq-eval) as well as the program does: its main() adds keep_freed_memory()
+// alone. So a child that runs this build's hetseq-train or hetseq-eval is a fork of the test process that
+// calls the entry point, with the same descriptors, process group and environment that posix_spawn would
+// give it, as the launcher does for its workers (Note [Forked workers], hetseq/world/launcher.cpp). A
+// fork is taken only where it is safe and alike:
+//  - this process runs one thread (a child inherits locks that other threads held, but not the threads);
+//  - no CUDA device is visible (CUDA does not survive a fork; on a GPU machine every child starts anew);
+//  - the child's environment does not ask for a start anew: HETSEQ_WORKER_START=exec, or kTestStartEnv
+//    (HETSEQ_TEST_START=exec), which the tests that find their processes by /proc/PID/cmdline pass, since
+//    a fork keeps the test binary's command line.
+// The launcher's and the installed programs' own starts stay covered: the scripts' tests (BERT, install,
+// gpu_check, torchrun, Slurm) run the real binaries, and test_world_cli compares fork and exec.
+using ProgramMain = int (*)(int, const char* const*);
+
+int64_t visible_cuda_devices() {
+  static const int64_t n = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  return n;
+}
+
+ProgramMain forkable_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+  static const std::string train = binary_path("hetseq-train");
+  static const std::string eval = binary_path("hetseq-eval");
+  ProgramMain program = argv[0] == train ? &hetseq::cli::train_main
+                        : argv[0] == eval ? &hetseq::cli::eval_main
+                                          : nullptr;
+  if (program == nullptr) return nullptr;
+  for (const char* key : {kTestStartEnv, hetseq::kWorkerStartEnv}) {
+    const auto given = env.find(key);
+    const char* inherited = std::getenv(key);
+    if ((given != env.end() && given->second == "exec") || (inherited != nullptr && std::string(inherited) == "exec")) {
+      return nullptr;
+    }
+  }
+  if (visible_cuda_devices() > 0) return nullptr;
+  std::error_code ec;
+  int threads = 0;
+  for (auto it = fs::directory_iterator("/proc/self/task", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    ++threads;
+  }
+  return threads == 1 ? program : nullptr;
+}
+
+// The child of a forked test program: the descriptors and process group posix_spawn would give it, the
+// environment, then the program's entry point, and _Exit (the test process's objects are not its own).
+[[noreturn]] void run_forked(ProgramMain program, const std::vector<std::string>& argv,
+                             const std::map<std::string, std::string>& env, const Child& c) {
+  ::setpgid(0, 0);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);  // the test framework's handlers are not the program's
+  }
+  const int in = ::open("/dev/null", O_RDONLY);
+  const int out = ::open(c.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = ::open(c.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (in < 0 || out < 0 || err < 0) std::_Exit(127);
+  ::dup2(in, 0);
+  ::dup2(out, 1);
+  ::dup2(err, 2);
+  ::close(in);
+  ::close(out);
+  ::close(err);
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  hetseq::keep_freed_memory();
+  hetseq::log::set_rank(0);
+  hetseq::log::enable_all_ranks(false);
+  std::vector<const char*> args;
+  for (const auto& a : argv) args.push_back(a.c_str());
+  args.push_back(nullptr);
+  const int code = program(static_cast<int>(argv.size()), args.data());
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 Child spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             const std::string& dir, size_t index) {
   Child c;
   c.out_path = dir + "/out." + std::to_string(index);
   c.err_path = dir + "/err." + std::to_string(index);
+  if (const ProgramMain program = forkable_program(argv, env)) {  // Note [Forked test programs]
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    c.pid = ::fork();
+    if (c.pid == 0) run_forked(program, argv, env, c);
+    if (c.pid < 0) throw std::runtime_error("fork failed for " + argv[0] + ": " + std::strerror(errno));
+    ::setpgid(c.pid, c.pid);  // as the child does: whichever runs first, a kill of the group reaches it
+    return c;
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);

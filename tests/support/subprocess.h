@@ -1,6 +1,8 @@
 #pragma once
-// Real child processes for tests: started with posix_spawn (fork+exec, never a bare fork once LibTorch
-// runs threads), waited for with a deadline, killed (whole process group) when they overrun.
+// Real child processes for tests: started with posix_spawn (fork+exec), or, for this build's hetseq-train
+// and hetseq-eval while the test process runs one thread, as a fork that calls the program's entry point
+// (Note [Forked test programs], subprocess.cpp); waited for with a deadline, killed (whole process group)
+// when they overrun.
 
 #include <chrono>
 #include <map>
@@ -10,6 +12,10 @@
 #include "support/temp_dir.h"
 
 namespace hetseq::test {
+
+/// A child whose environment sets this to "exec" runs the real program (posix_spawn) where a fork could
+/// serve (Note [Forked test programs]): for the tests that find their processes by /proc/PID/cmdline.
+inline constexpr const char* kTestStartEnv = "HETSEQ_TEST_START";
 
 struct ProcessResult {
   int exit_code = -1;   // exit status, or 128 + signal when killed by a signal
