@@ -238,8 +238,18 @@ cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, cons
 
 std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser, const cxxopts::ParseResult& args) {
   const FlagValues values = flag_values(args);
+  // The flag groups of the tasks that do not run: what they say cannot change this run, and a rank whose
+  // program knows another set of tasks (a --user-dir library loaded for another task, another build's
+  // tasks) trains the same model.
+  std::set<std::string> other_tasks;
+  const std::string task = values.text_or("task", "");
+  for (const auto& name : TaskRegistry::global().names()) {
+    if (name != task) other_tasks.insert(TaskRegistry::global().get(name).group());
+  }
+  other_tasks.erase(TaskRegistry::global().contains(task) ? TaskRegistry::global().get(task).group() : "");
   std::map<std::string, std::string> out;
   for (const auto& group : parser.groups()) {
+    if (other_tasks.count(group)) continue;
     for (const auto& option : parser.group_help(group).options) {
       const std::string& name = option.l.empty() ? option.s : option.l.front();
       if (per_rank_flags().count(name)) continue;

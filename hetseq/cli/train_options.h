@@ -68,8 +68,9 @@ std::vector<std::string> resolve_aliases(int argc, const char* const argv[]);
 /// Parses `argv` with `parser`. Throws hetseq::UsageError on an unknown or malformed flag.
 cxxopts::ParseResult parse_command_line(cxxopts::Options& parser, int argc, const char* const argv[]);
 
-/// Every flag of `parser` that is not per-rank (per_rank_flags), task flags included, with its value
-/// as text, keyed `--name`: what the ranks compare at start. See Note [Compared flags].
+/// Every flag of `parser` that is not per-rank (per_rank_flags), the running task's flags included and
+/// other tasks' not, with its value as text, keyed `--name`: what the ranks compare at start. See Note
+/// [Compared flags].
 std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser, const cxxopts::ParseResult& args);
 
 /// Reads and checks the general flags, each group by the reader beside its options struct. Throws

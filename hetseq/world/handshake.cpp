@@ -62,8 +62,10 @@ uint64_t fnv1a(const std::string& s) {
 // ~~~~~~~~~~~~~~~~~~~~~
 // Ranks that differ in a flag other than the per-rank ones (batch sizes, update-freq, device, rank,
 // paths of logs and traces, ...: see per_rank_flags.h) would train apart without an error, or send
-// their collectives out of step. So every parsed flag, the task's included, is compared at start
-// unless it is declared per-rank: a new flag is checked by default. Some facts stand in for per-rank
+// their collectives out of step. So every parsed flag, the running task's included, is compared at
+// start unless it is declared per-rank: a new flag is checked by default. The flags of tasks that do
+// not run are not compared: they cannot change the run, and ranks whose programs know other tasks (a
+// --user-dir library loaded on one node) train the same model. Some facts stand in for per-rank
 // flags: the resolved backend for --cpu and --distributed-backend, each split's size for --data.
 void check_compared(const WorkerInfo& ref, const WorkerInfo& w) {
   auto value_of = [](const WorkerInfo& x, const std::string& name) {

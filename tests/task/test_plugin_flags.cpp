@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/mnist_files.h"
 #include "support/subprocess.h"
 #include "support/test_paths.h"
 #include "support/temp_dir.h"
@@ -59,4 +60,29 @@ TEST_CASE("a --user-dir task and MNIST both declare --hidden-units: each --task 
     REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.err, Contains("[train] task widths, model with 42 parameters,"));
   }
+}
+
+// Note [Compared flags] compares the running task's flags, not those of every task a program knows: a rank
+// whose hetseq-train loaded a task library for another task trains MNIST with a rank that did not.
+TEST_CASE("ranks of one task train together when only one of them loaded a --user-dir library of another task",
+          "[cli][task][user-dir][test-plugin]") {
+  TempDir dir;
+  write_random_mnist(dir.path(), 120, 20);
+  std::vector<std::vector<std::string>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args{binary_path("hetseq-train"), "--task", "mnist", "--data", dir.path(), "--cpu",
+                                  "--max-sentences", "8", "--max-update", "2", "--disable-validation", "--no-save",
+                                  "--distributed-world-size", "2", "--distributed-rank", std::to_string(r),
+                                  "--distributed-init-method", "file://" + (dir / "rendezvous"),
+                                  "--distributed-timeout", "60"};
+    if (r == 1) args.insert(args.begin() + 1, {"--user-dir", widths_plugin()});
+    ranks.push_back(args);
+  }
+  const auto results = run_processes(ranks, std::chrono::seconds(120));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " stderr:\n" << results[r].err);
+    CHECK(results[r].exit_code == 0);
+    CHECK_THAT(results[r].err, !Contains("disagree on --points"));
+  }
+  CHECK_THAT(results[1].err, Contains("[tasks] --user-dir: loaded"));
 }

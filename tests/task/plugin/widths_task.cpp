@@ -1,7 +1,8 @@
 // A task library for --user-dir, built by the build (target hetseq_test_widths_plugin) and loaded by the tests
 // into the real hetseq-train: it declares --hidden-units, the flag MNIST also declares, with a default and help
 // of its own (Note [A task's flags are its own] in hetseq/cli/train_options.cpp). Its model, 2 -> H -> H -> 2,
-// has H^2 + 6H + 2 parameters: 1218 at its default of 32, 17154 at MNIST's 128.
+// has H^2 + 6H + 2 parameters: 1218 at its default of 32, 17154 at MNIST's 128. Its --points is a flag that
+// no built-in task declares.
 #include <hetseq/hetseq.h>
 
 namespace {
@@ -24,13 +25,13 @@ class SidesData : public hetseq::Dataset {
 
 class WidthsTask : public hetseq::ModelTask<torch::nn::SequentialImpl> {
  public:
-  explicit WidthsTask(int64_t hidden) : hidden_(hidden) {}
+  WidthsTask(int64_t hidden, int64_t points) : hidden_(hidden), points_(points) {}
   std::shared_ptr<torch::nn::SequentialImpl> make_model() override {
     return torch::nn::Sequential(torch::nn::Linear(2, hidden_), torch::nn::Tanh(), torch::nn::Linear(hidden_, hidden_),
                                  torch::nn::Tanh(), torch::nn::Linear(hidden_, 2)).ptr();
   }
   std::shared_ptr<hetseq::Dataset> load_dataset(const std::string& split) override {
-    return std::make_shared<SidesData>(split == "train" ? 40 : 10);
+    return std::make_shared<SidesData>(split == "train" ? points_ : 10);
   }
   hetseq::StepOutput loss(torch::nn::SequentialImpl& model, const hetseq::Batch& batch) override {
     namespace F = torch::nn::functional;
@@ -43,16 +44,18 @@ class WidthsTask : public hetseq::ModelTask<torch::nn::SequentialImpl> {
 
  private:
   int64_t hidden_;
+  int64_t points_;
 };
 
 hetseq::TaskSpec widths_spec() {
   hetseq::TaskSpec spec{"widths", "a 2-class MLP whose --hidden-units is not MNIST's (a test's task library)"};
   spec.flags = [](hetseq::FlagSet& flags) {
     flags.add("hidden-units", "width of both hidden layers of the widths MLP", "32", "N");
+    flags.add("points", "points in the train split", "40", "N");  // a name no built-in task declares
   };
   spec.defaults = {{"optimizer", "sgd"}, {"lr", "0.1"}, {"data", "-"}};
   spec.create = [](const hetseq::FlagValues& args, const hetseq::TaskContext&) {
-    return std::make_unique<WidthsTask>(args.integer("hidden-units"));
+    return std::make_unique<WidthsTask>(args.integer("hidden-units"), args.integer("points"));
   };
   return spec;
 }
