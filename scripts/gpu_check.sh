@@ -112,7 +112,8 @@ else
   pack="${pack:-$build/gpu-pack}"
 fi
 # Absolute paths: the closure check compares what ldd resolves with these folders, and steps run in other folders.
-absolute() { case "$1" in /*|"") echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+# Normalised too (no "." or ".." parts): the rehearsal compares paths as text (--build . once failed that way).
+absolute() { if [ -z "$1" ]; then echo ""; else realpath -m -- "$1"; fi; }
 build="$(absolute "$build")" pack="$(absolute "$pack")" out="$(absolute "$out")"
 
 # ---------------------------------------------------------------------------------------------------------------
