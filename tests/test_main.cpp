@@ -6,12 +6,15 @@
 
 #include "hetseq/world/process_group.h"
 #include "hetseq/train/precision.h"
+#include "support/subprocess.h"
 
 int main(int argc, char* argv[]) {
   // Tests run several ranks as threads of one process: Note [Flight recorder off].
   hetseq::flight_recorder_off_by_default();
   // The in-process float16 tests train on the CPU too: Note [Float16 on CPUs with AVX512-FP16].
   hetseq::avoid_slow_cpu_fp16_kernels();
+  // What a forked hetseq-train restores: Note [Forked test programs] (support/subprocess.cpp).
+  hetseq::test::remember_fresh_process_settings();
   // One intra-op thread: ctest runs two tests at once on a 2-core machine (scripts/test.sh), and two
   // processes of 2 OpenMP threads each on 2 cores spin at every parallel region's barrier while the other
   // process holds the core (an fp16 test took 24 s under ctest, 10 s alone on one thread). Programs the

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <torch/cuda.h>
+#include <torch/utils.h>
 
 #include "hetseq/cli/train_command.h"
 #include "hetseq/core/logging.h"
@@ -53,7 +54,7 @@ std::string slurp(const std::string& path) {
 // and cli::eval_main for hetseq-eval) as well as the program does: its main() adds keep_freed_memory()
 // alone. So a child that runs this build's hetseq-train or hetseq-eval is a fork of the test process that
 // calls the entry point, with the same descriptors, process group and environment that posix_spawn would
-// give it, as the launcher does for its workers (Note [Forked workers], hetseq/world/launcher.cpp). A
+// give it, and LibTorch's intra-op threads as a new process has them (the test binary runs on one), as the launcher does for its workers (Note [Forked workers], hetseq/world/launcher.cpp). A
 // fork is taken only where it is safe and alike:
 //  - this process runs one thread (a child inherits locks that other threads held, but not the threads);
 //  - no CUDA device is visible (CUDA does not survive a fork; on a GPU machine every child starts anew);
@@ -63,6 +64,8 @@ std::string slurp(const std::string& path) {
 // The launcher's and the installed programs' own starts stay covered: the scripts' tests (BERT, install,
 // gpu_check, torchrun, Slurm) run the real binaries, and test_world_cli compares fork and exec.
 using ProgramMain = int (*)(int, const char* const*);
+
+int g_fresh_intra_op_threads = 0;  // remember_fresh_process_settings(); 0: not remembered
 
 int64_t visible_cuda_devices() {
   static const int64_t n = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
@@ -112,6 +115,7 @@ ProgramMain forkable_program(const std::vector<std::string>& argv, const std::ma
   ::close(err);
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   hetseq::keep_freed_memory();
+  if (g_fresh_intra_op_threads > 0) torch::set_num_threads(g_fresh_intra_op_threads);
   hetseq::log::set_rank(0);
   hetseq::log::enable_all_ranks(false);
   std::vector<const char*> args;
@@ -300,6 +304,8 @@ bool process_alive(int pid) {
   const size_t paren = line.rfind(')');
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
+
+void remember_fresh_process_settings() { g_fresh_intra_op_threads = torch::get_num_threads(); }
 
 std::string binary_path(const std::string& name) { return binary_dir() + "/bin/" + name; }
 

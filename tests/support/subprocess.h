@@ -71,6 +71,11 @@ class Process {
   ProcessResult result_;
 };
 
+/// Remembers what a new process starts with that the test binary then changes for itself (LibTorch's
+/// intra-op threads), so that a forked test program starts as hetseq-train would (Note [Forked test
+/// programs]). The test binary's main() calls it first.
+void remember_fresh_process_settings();
+
 /// Path of a built program: build/bin/<name>.
 std::string binary_path(const std::string& name);
 
