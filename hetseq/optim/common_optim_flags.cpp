@@ -1,6 +1,8 @@
 #include "hetseq/optim/common_optim_flags.h"
 
 #include "hetseq/core/flag_text.h"
+#include "hetseq/core/format.h"
+#include "hetseq/optim/inverse_sqrt.h"
 
 namespace hetseq::optim {
 
@@ -12,7 +14,9 @@ void declare_common_optim_flags(FlagSet& optimization, FlagSet& schedule, const 
   } else {
     schedule.add_optional("force-anneal", "force annealing at this epoch (alias --fa)");
   }
-  schedule.add("warmup-updates", "warm the learning rate up linearly over the first N updates",
+  schedule.add("warmup-updates",
+               fmt::format("warm the learning rate up linearly over the first N updates (inverse_sqrt: {} unless "
+                           "given)", InverseSqrtOptions{}.warmup_updates),
                flag_text(d.warmup_updates));
 }
 

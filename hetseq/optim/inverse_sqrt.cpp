@@ -61,7 +61,9 @@ LrSchedulerSpec inverse_sqrt_spec() {
   spec.configure = [](const FlagValues& args, const CommonOptimOptions& common) -> LrSchedulerFactory {
     InverseSqrtOptions o;
     o.lrs = common.lrs;
-    o.warmup_updates = common.warmup_updates;
+    // --warmup-updates is every schedule's flag, 0 by default; inverse_sqrt cannot start from 0, and
+    // takes its own default (InverseSqrtOptions, fairseq's 4000) unless the flag is given.
+    if (args.given("warmup-updates")) o.warmup_updates = common.warmup_updates;
     if (args.has("warmup-init-lr")) o.warmup_init_lr = args.number("warmup-init-lr");
     return [o](Optimizer& optimizer) { return std::make_unique<InverseSqrt>(optimizer, o); };
   };

@@ -15,6 +15,7 @@
 #include "hetseq/shard/zero_sharding.h"
 #include "hetseq/observe/log_format.h"
 #include "hetseq/optim/registry.h"
+#include "hetseq/train/gradient_clipping.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/precision.h"
 
@@ -55,7 +56,7 @@ struct DatasetOptions {
 struct OptimizationOptions {
   int64_t max_epoch = 0;   // 0: no limit
   int64_t max_update = 0;  // 0: no limit
-  double clip_norm = 25;
+  double clip_norm = kDefaultClipNorm;
   std::vector<int64_t> update_freq{1};  // [epoch] (the last value holds for later epochs)
   std::vector<double> lr{0.25};         // [epoch]
   double min_lr = -1;

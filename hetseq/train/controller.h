@@ -17,6 +17,7 @@
 #include "hetseq/shard/sharding_strategy.h"
 #include "hetseq/train/graph_capture.h"
 #include "hetseq/train/loss_scaler.h"
+#include "hetseq/train/gradient_clipping.h"
 #include "hetseq/train/meters.h"
 #include "hetseq/train/precision.h"
 #include "hetseq/observe/progress.h"
@@ -26,7 +27,7 @@ namespace hetseq {
 
 /// What the Controller needs from the command line.
 struct ControllerOptions {
-  double clip_norm = 25;  // --clip-norm: largest gradient norm; 0 turns clipping off
+  double clip_norm = kDefaultClipNorm;  // --clip-norm: largest gradient norm; 0 turns clipping off
   uint64_t seed = 1;      // --seed: with the update count and rank, seeds dropout for each update
   int64_t rank = 0;
   torch::Device device = torch::kCPU;

@@ -8,6 +8,8 @@
 #include "hetseq/optim/adadelta.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/common_optim_flags.h"
+#include "hetseq/optim/inverse_sqrt.h"
+#include "hetseq/optim/registry.h"
 #include "hetseq/optim/sgd.h"
 #include "hetseq/task/task_registry.h"
 
@@ -196,6 +198,28 @@ TEST_CASE("every optimizer's flags default to its options struct's defaults", "[
     CHECK(sgd->options().momentum == want.momentum);
     CHECK(sgd->options().weight_decay == want.weight_decay);
   }
+}
+
+TEST_CASE("every schedule's --warmup-updates is its options struct's default unless given", "[cli][flags]") {
+  register_task_once();
+  // The learning rate that --lr_scheduler NAME sets at update `n` with lr 1e-3, from these flags.
+  auto lr_at = [](const std::vector<std::string>& flags, const std::string& name, int64_t n) {
+    std::vector<std::string> args{"--task", kTask, "--max-sentences", "8", "--lr_scheduler", name, "--lr", "0.001"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const FlagValues values = parse(args, kTask);
+    const optim::CommonOptimOptions common = optim::read_common_optim_options(values, {1e-3});
+    auto sgd = optim::optimizers().get("sgd").configure(values, common)({torch::zeros({2}, torch::requires_grad())});
+    auto schedule = optim::lr_schedulers().get(name).configure(values, common)(*sgd);
+    return schedule->step_update(n);
+  };
+  // inverse_sqrt: half way through its own default warmup (4000, fairseq's), half the rate.
+  const int64_t warmup = optim::InverseSqrtOptions{}.warmup_updates;
+  CHECK(lr_at({}, "inverse_sqrt", warmup / 2) == Approx(0.5e-3));
+  CHECK(lr_at({"--warmup-updates", "10"}, "inverse_sqrt", 5) == Approx(0.5e-3));
+  // fixed: no warmup unless given (the flag's default, CommonOptimOptions).
+  CHECK(optim::CommonOptimOptions{}.warmup_updates == 0);
+  CHECK(lr_at({}, "fixed", 0) == Approx(1e-3));
+  CHECK(lr_at({"--warmup-updates", "10"}, "fixed", 4) == Approx(0.5e-3));
 }
 
 TEST_CASE("a task's defaults for general flags replace the structs' defaults, and flags given win", "[cli][flags]") {
