@@ -8,6 +8,20 @@
 #include "hetseq/train/precision.h"
 #include "support/subprocess.h"
 
+namespace {
+
+// Counts the test cases this process runs, for Note [Forked test programs] (support/subprocess.cpp).
+struct TestCaseCounter : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testCaseStarting(Catch::TestCaseInfo const& info) override {
+    hetseq::test::note_test_case_started();
+    TestEventListenerBase::testCaseStarting(info);
+  }
+};
+CATCH_REGISTER_LISTENER(TestCaseCounter)
+
+}  // namespace
+
 int main(int argc, char* argv[]) {
   // Tests run several ranks as threads of one process: Note [Flight recorder off].
   hetseq::flight_recorder_off_by_default();

@@ -195,10 +195,17 @@ void ensure_writable_dir(const fs::path& dir, const std::string& flag) {
 // it. Every file of a save counts: save_checkpoint writes the first name (checkpoint_E_N.pt or
 // checkpointE.pt) and copies it to the others (checkpoint_best.pt, checkpoint_last.pt), so a save of two
 // files is writes 2k-1 and 2k, and a test can hold the very write of checkpoint_last.pt. Every later
-// write goes through. Without the variable this costs one getenv per write.
+// write goes through. Without the variable this costs one getenv per write. The variable is read and the
+// writes are counted per process (a process forked from one that saved, as the tests' forked programs are,
+// counts from zero with its own environment).
 void pause_save_if_asked(const fs::path& path) {
-  static const char* spec = std::getenv("HETSEQ_TEST_SAVE_PAUSE");
+  const char* spec = std::getenv("HETSEQ_TEST_SAVE_PAUSE");
+  static pid_t counting = 0;  // the process whose writes `writes` counts
   static int writes = 0;
+  if (counting != ::getpid()) {
+    counting = ::getpid();
+    writes = 0;
+  }
   if (spec == nullptr || *spec == '\0') return;
   const std::string text = spec;
   const size_t colon = text.rfind(':');

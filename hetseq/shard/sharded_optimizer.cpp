@@ -136,18 +136,25 @@ void ShardedOptimizer::report_plan() {
   reported_ = true;
   const ShardRange mine = shard();
   const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(params()[0].device());
+  int64_t param_bytes = 0, grad_bytes = 0;  // what this rank holds: every parameter and gradient under os
+  for (const auto& p : params()) {
+    param_bytes += static_cast<int64_t>(p.nbytes());
+    if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
+  }
   const std::vector<int64_t> figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
-                                     budget_bytes_};
+                                     budget_bytes_, param_bytes, grad_bytes};
   std::vector<torch::Tensor> input{torch::tensor(figures, torch::kInt64).to(int_options.device())};
   std::vector<std::vector<torch::Tensor>> output(1);
-  for (int64_t r = 0; r < group_->getSize(); ++r) output[0].push_back(torch::empty({5}, int_options));
+  for (int64_t r = 0; r < group_->getSize(); ++r) {
+    output[0].push_back(torch::empty({static_cast<int64_t>(figures.size())}, int_options));
+  }
   wait_for_peers(group_->allgather(output, input), group_->getRank(), group_->getSize(),
                  "allgather of the optimizer shards' figures");
   std::vector<ShardReport> reports;  // [rank]
   for (const auto& t : output[0]) {
     const torch::Tensor c = t.cpu();
     const int64_t* v = c.data_ptr<int64_t>();
-    reports.push_back(ShardReport{v[0], v[1], v[2], v[3], v[4]});
+    reports.push_back(ShardReport{v[0], v[1], v[2], v[3], v[4], v[5], v[6]});
   }
   if (report_) report_(reports);
 }

@@ -44,9 +44,10 @@ void add_step(LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
 
 // HETSEQ_TEST_MICRO_BATCH_DELAY=FILE: each micro-batch first sleeps the milliseconds that FILE holds when it is
 // read (none while it is missing or empty), so that a test makes one rank slow by a fixed cost per micro-batch
-// and can change it while the run goes on (tests/balance/test_sit_out.cpp). Off without the variable.
+// and can change it while the run goes on (tests/balance/test_sit_out.cpp). Off without the variable. Read at
+// every call, not cached: a process forked from one that ran updates (the tests' forked programs) has its own.
 void test_micro_batch_delay() {
-  static const char* path = std::getenv("HETSEQ_TEST_MICRO_BATCH_DELAY");
+  const char* path = std::getenv("HETSEQ_TEST_MICRO_BATCH_DELAY");
   if (!path) return;
   std::ifstream file(path);
   double ms = 0;

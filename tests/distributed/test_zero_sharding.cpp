@@ -83,6 +83,9 @@ TEST_CASE("Sharding os with budgets 1:1:2 trains the parameters of --zero-shardi
     CHECK(std::abs(static_cast<double>(numel) - share[r] * static_cast<double>(total)) <= 16);
     CHECK(shards[r]["state_bytes"].get<int64_t>() == 2 * 4 * numel);
     CHECK(shards[r]["budget_bytes"].get<int64_t>() == (r == 2 ? 2LL : 1LL) << 30);
+    // os shards the state alone: every rank holds the whole model's float32 parameters and gradients.
+    CHECK(shards[r]["param_bytes"].get<int64_t>() == 4 * total);
+    CHECK(shards[r]["grad_bytes"].get<int64_t>() == 4 * total);
     state += shards[r]["state_bytes"].get<int64_t>();
   }
   CHECK(next == total);

@@ -58,6 +58,11 @@ std::string slurp(const std::string& path) {
 // fork is taken only where it is safe and alike:
 //  - this process runs one thread (a child inherits locks that other threads held, but not the threads);
 //  - no CUDA device is visible (CUDA does not survive a fork; on a GPU machine every child starts anew);
+//  - the process is in its first test case (ctest runs one a process): state that the library keeps in
+//    static variables is then still as a new process has it, since the test has at most set it up for
+//    the programs it starts; a later test case of the same process may have used the library in-process.
+//    (The two test hooks of the library that read the environment, the save pause and the micro-batch
+//    delay, read it at every use and count per process, so that a fork sees its own.)
 //  - the child's environment does not ask for a start anew: HETSEQ_WORKER_START=exec, or kTestStartEnv
 //    (HETSEQ_TEST_START=exec), which the tests that find their processes by /proc/PID/cmdline pass, since
 //    a fork keeps the test binary's command line.
@@ -66,6 +71,7 @@ std::string slurp(const std::string& path) {
 using ProgramMain = int (*)(int, const char* const*);
 
 int g_fresh_intra_op_threads = 0;  // remember_fresh_process_settings(); 0: not remembered
+int g_test_cases_started = 0;      // note_test_case_started()
 
 int64_t visible_cuda_devices() {
   static const int64_t n = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
@@ -86,7 +92,7 @@ ProgramMain forkable_program(const std::vector<std::string>& argv, const std::ma
       return nullptr;
     }
   }
-  if (visible_cuda_devices() > 0) return nullptr;
+  if (visible_cuda_devices() > 0 || g_test_cases_started > 1) return nullptr;
   std::error_code ec;
   int threads = 0;
   for (auto it = fs::directory_iterator("/proc/self/task", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -304,6 +310,8 @@ bool process_alive(int pid) {
   const size_t paren = line.rfind(')');
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
+
+void note_test_case_started() { ++g_test_cases_started; }
 
 void remember_fresh_process_settings() { g_fresh_intra_op_threads = torch::get_num_threads(); }
 

@@ -76,6 +76,10 @@ class Process {
 /// programs]). The test binary's main() calls it first.
 void remember_fresh_process_settings();
 
+/// Counts the test cases this process has started (a Catch2 listener in test_main.cpp calls it): only the
+/// first one forks its programs (Note [Forked test programs]).
+void note_test_case_started();
+
 /// Path of a built program: build/bin/<name>.
 std::string binary_path(const std::string& name);
 
