@@ -10,7 +10,8 @@ for bit, when the resumed run sees, update by update, the same numbers:
 - the optimizer's state (`optimizer`): see Note [torch.optim state in a hetseq checkpoint];
 - the LR scheduler's state (`lr_scheduler`), its numbers: see _numbers;
 - the data plan's position (`extra_state.epoch`, `offset`): the next update takes the next samples of the same
-  epoch's permutation, whatever the ranks' batch sizes (Note [Data plan]);
+  epoch's permutation, whatever the ranks' batch sizes (Note [Data plan]); and the balanced split in force
+  (`data_plan.shares`, Plan.replan), taken back where the plan has as many ranks and samples per update;
 - the update count (`num_updates`), from which DistributedDataParallel(seed=...) reseeds torch's generators at
   every update from (seed, update, rank) as hetseq-train does: dropout inside an update then draws what it drew
   in the run never stopped, on every rank. The file also keeps rank 0's CPU generator state (and its CUDA
@@ -74,6 +75,8 @@ def load(path, ddp, optimizer=None, plan=None, lr_scheduler=None):
     if lr_scheduler is not None:
         lr_scheduler.load_state_dict(scheduler_state)
     if plan is not None:
+        if c.shares and len(c.shares) == len(plan.batch_sizes) and sum(c.shares) == plan.samples_per_update():
+            plan.set_shares(c.shares, c.update_freqs)  # the balanced split in force, on the same ranks
         plan.restore(c.epoch, c.offset)
     ddp.num_updates = c.num_updates
     if c.rng_state is not None:
@@ -105,6 +108,7 @@ def _checkpoint(ddp, optimizer, plan, lr_scheduler, task, options):
     if plan is not None:
         c.epoch, c.offset = plan.position()
         c.batch_sizes, c.update_freqs = plan.batch_sizes, plan.update_freqs
+        c.shares = plan.shares or []
     c.rng_state = torch.get_rng_state()
     if torch.cuda.is_available():
         c.cuda_rng_states = torch.cuda.get_rng_state_all()

@@ -104,6 +104,11 @@ class Plan {
   int64_t updates_per_epoch() const { return iterator_->updates_per_epoch(); }
   std::pair<int64_t, int64_t> position() const { return {iterator_->position().epoch, iterator_->position().offset}; }
   void restore(int64_t epoch, int64_t offset) { iterator_->restore(IteratorPosition{epoch, offset}); }
+  /// A balanced split from the next update on: rank r takes `shares[r]` samples in `micro_batches[r]`
+  /// micro-batches; the position in the epoch's permutation is kept (Note [Data plan]).
+  void set_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches) {
+    iterator_->set_plan(DataPlan::from_shares(std::move(shares), std::move(micro_batches), iterator_->plan().rank));
+  }
 
  private:
   std::unique_ptr<EpochBatchIterator> iterator_;
@@ -143,6 +148,8 @@ PYBIND11_MODULE(_C, m) {
       .def("next_update", &Plan::next_update)
       .def("updates_per_epoch", &Plan::updates_per_epoch)
       .def("position", &Plan::position)
-      .def("restore", &Plan::restore);
+      .def("restore", &Plan::restore)
+      .def("set_shares", &Plan::set_shares);
   bind_checkpoint(m);
+  bind_balance(m);
 }

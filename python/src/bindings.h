@@ -7,5 +7,7 @@ namespace hetseq::python {
 
 /// hetseq._C.Checkpoint, save_checkpoint, load_checkpoint and the model helpers (checkpoint_binding.cpp).
 void bind_checkpoint(pybind11::module_& m);
+/// hetseq._C.CostWindow and solve_split, the balancer's parts (balance_binding.cpp).
+void bind_balance(pybind11::module_& m);
 
 }  // namespace hetseq::python
