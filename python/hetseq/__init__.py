@@ -11,6 +11,7 @@ import torch.distributed as dist
 from . import _C
 from . import checkpoint  # noqa: F401  (hetseq.checkpoint.save, load)
 from . import data  # noqa: F401  (hetseq.data.Plan)
+from .session import train  # noqa: F401  (hetseq.train)
 
 __version__ = _C.__version__
 UsageError, InputError, PeerError = _C.UsageError, _C.InputError, _C.PeerError

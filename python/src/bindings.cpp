@@ -152,4 +152,5 @@ PYBIND11_MODULE(_C, m) {
       .def("set_shares", &Plan::set_shares);
   bind_checkpoint(m);
   bind_balance(m);
+  bind_train(m);
 }
