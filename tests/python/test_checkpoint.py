@@ -18,12 +18,7 @@ import hetseq
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from mnist_net import MnistNet, load_split, pixel_stats, read_idx  # noqa: E402
-
-
-def torchrun(nproc, *args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *map(str, args)]
-    p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=420)
-    assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}"
+from ranks import torchrun  # noqa: E402
 
 
 def test_a_resumed_run_ends_with_the_weights_of_the_run_never_stopped(tmp_path):
