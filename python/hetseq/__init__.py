@@ -9,7 +9,9 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import checkpoint  # noqa: F401  (hetseq.checkpoint.save, load)
 from . import data  # noqa: F401  (hetseq.data.Plan)
+from .session import train  # noqa: F401  (hetseq.train)
 
 __version__ = _C.__version__
 UsageError, InputError, PeerError = _C.UsageError, _C.InputError, _C.PeerError
@@ -44,14 +46,28 @@ class DistributedDataParallel:
     (default: the default group). Every rank must construct it at the same point."""
 
     def __init__(self, module, process_group=None, bucket_cap_mb=25.0, broadcast_buffers=True, shared_memory="auto",
-                 timeout_s=300.0):
-        group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
+                 timeout_s=300.0, seed=None):
+        """`seed`: where given, every update reseeds torch's generators from (seed, update count, rank), as
+        hetseq-train does, so that dropout draws depend on nothing before the update and a run resumed from a
+        checkpoint draws what the run never stopped drew (Note [Resume from Python], hetseq/checkpoint.py)."""
+        self.process_group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
+        self.rank = dist.get_rank(self.process_group)
         self.module = module
-        params = [(n, p) for n, p in module.named_parameters()]
-        buffers = [(n, b) for n, b in module.named_buffers()]
-        self._params = [p for _, p in params if p.requires_grad]
-        self._reducer = _C.Reducer(params, buffers, group, bucket_cap_mb, broadcast_buffers, shared_memory, timeout_s)
+        self.seed = seed
+        self.num_updates = 0
+        self._options = (bucket_cap_mb, broadcast_buffers, shared_memory, timeout_s)
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._reducer = None
+        self._build_reducer([])
         self.total_samples = 0
+
+    def _build_reducer(self, initial_buckets):
+        """(Re)builds the C++ reducer; every rank calls it at the same point (it broadcasts rank 0's tensors).
+        `initial_buckets`: a checkpoint's bucket layout, so that a resumed run sums in the same order."""
+        self._reducer = None  # the old one's hooks and shared memory go first
+        params = list(self.module.named_parameters())
+        buffers = list(self.module.named_buffers())
+        self._reducer = _C.Reducer(params, buffers, self.process_group, *self._options, initial_buckets)
 
     @contextlib.contextmanager
     def update(self, micro_batches=1, samples=None):
@@ -59,6 +75,8 @@ class DistributedDataParallel:
         gradient is the sum over the ranks divided by the update's samples over all ranks. `samples`, this
         rank's samples in the update where known beforehand (a Plan's update: sum of its lengths), lets their
         sum over the ranks travel during the backward passes; it must equal the backward calls' sample_size."""
+        if self.seed is not None:
+            torch.manual_seed(_C.update_seed(self.seed, self.num_updates, self.rank))
         self._reducer.before_forward()
         if samples is not None:
             self._reducer.start_samples(float(samples))
@@ -69,6 +87,12 @@ class DistributedDataParallel:
         if samples is not None and samples != u.samples:
             raise _C.UsageError(f"update(samples={samples}) but the backward passes counted {u.samples} samples")
         self.total_samples = self._reducer.finish_update(float(u.samples))
+        self.num_updates += 1
+
+    @property
+    def bucket_layout(self):
+        """The gradient buckets' parameter indices in force, [bucket][parameter]; a checkpoint keeps it."""
+        return self._reducer.bucket_layout
 
     @property
     def gradients_in_shared_memory(self):

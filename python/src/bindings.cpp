@@ -16,43 +16,22 @@
 #include "hetseq/data/epoch_batch_iterator.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/version.h"
+#include "bindings.h"
+#include "tensors_module.h"
 
 namespace py = pybind11;
 
 namespace hetseq::python {
 
-// Note [Python parameters in a C++ module]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// DistributedReducer takes a torch::nn::Module. A Python module is not one, but its parameters and buffers
-// are at::Tensors: registered under their names in a C++ module of their own, they are the same tensors
-// (one TensorImpl), so the c10d::Reducer's gradient hooks sit on the Python parameters' gradient
-// accumulators and fire in the Python backward pass, and the broadcast from rank 0 writes into them.
-class TensorsModule final : public torch::nn::Module {
- public:
-  TensorsModule(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
-                const std::vector<std::pair<std::string, torch::Tensor>>& buffers) {
-    for (const auto& [name, t] : parameters) register_parameter(flat(name), t, t.requires_grad());
-    for (const auto& [name, t] : buffers) register_buffer(flat(name), t);
-  }
-
- private:
-  // A C++ module's names may not hold dots; the names only label errors and checkpoints.
-  static std::string flat(std::string name) {
-    for (auto& c : name) {
-      if (c == '.') c = '/';
-    }
-    return name;
-  }
-};
-
 // The exact sample-weighted reduction for a Python loop: DistributedReducer over the Python module's
 // tensors, and the division by the update's sample count summed over the ranks.
 class Reducer {
  public:
-  Reducer(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
-          const std::vector<std::pair<std::string, torch::Tensor>>& buffers,
-          c10::intrusive_ptr<c10d::ProcessGroup> group, double bucket_cap_mb, bool broadcast_buffers,
-          const std::string& shared_memory, double timeout_s)
+  /// `initial_buckets`: a checkpoint's bucket layout, so that a resumed run reduces in the order of the run
+  /// that saved it (Note [Bucketed reduction]); empty: the default layout.
+  Reducer(const NamedTensors& parameters, const NamedTensors& buffers, c10::intrusive_ptr<c10d::ProcessGroup> group,
+          double bucket_cap_mb, bool broadcast_buffers, const std::string& shared_memory, double timeout_s,
+          std::vector<std::vector<int64_t>> initial_buckets)
       : group_(group), module_(std::make_shared<TensorsModule>(parameters, buffers)) {
     for (const auto& [name, t] : parameters) {
       if (t.requires_grad()) params_.push_back(t);
@@ -62,6 +41,7 @@ class Reducer {
     options.broadcast_buffers = broadcast_buffers;
     options.shared_memory = parse_shared_memory_reduce(shared_memory);
     options.shared_memory_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    options.initial_buckets = std::move(initial_buckets);
     reducer_ = std::make_unique<DistributedReducer>(*module_, std::move(group), options);
   }
 
@@ -90,6 +70,8 @@ class Reducer {
     return samples;
   }
   bool gradients_in_shared_memory() const { return reducer_->gradients_in_shared_memory(); }
+  /// The bucket layout in force, [bucket][parameter index], for a checkpoint.
+  std::vector<std::vector<int64_t>> bucket_layout() const { return reducer_->bucket_layout(); }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
@@ -122,6 +104,11 @@ class Plan {
   int64_t updates_per_epoch() const { return iterator_->updates_per_epoch(); }
   std::pair<int64_t, int64_t> position() const { return {iterator_->position().epoch, iterator_->position().offset}; }
   void restore(int64_t epoch, int64_t offset) { iterator_->restore(IteratorPosition{epoch, offset}); }
+  /// A balanced split from the next update on: rank r takes `shares[r]` samples in `micro_batches[r]`
+  /// micro-batches; the position in the epoch's permutation is kept (Note [Data plan]).
+  void set_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches) {
+    iterator_->set_plan(DataPlan::from_shares(std::move(shares), std::move(micro_batches), iterator_->plan().rank));
+  }
 
  private:
   std::unique_ptr<EpochBatchIterator> iterator_;
@@ -141,17 +128,17 @@ PYBIND11_MODULE(_C, m) {
   (void)input;
   (void)peer;
   py::class_<Reducer>(m, "Reducer")
-      .def(py::init<const std::vector<std::pair<std::string, torch::Tensor>>&,
-                    const std::vector<std::pair<std::string, torch::Tensor>>&, c10::intrusive_ptr<c10d::ProcessGroup>,
-                    double, bool, const std::string&, double>(),
+      .def(py::init<const NamedTensors&, const NamedTensors&, c10::intrusive_ptr<c10d::ProcessGroup>, double, bool,
+                    const std::string&, double, std::vector<std::vector<int64_t>>>(),
            py::arg("parameters"), py::arg("buffers"), py::arg("group"), py::arg("bucket_cap_mb") = 25.0,
            py::arg("broadcast_buffers") = true, py::arg("shared_memory") = "auto", py::arg("timeout_s") = 300.0,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("initial_buckets") = std::vector<std::vector<int64_t>>{}, py::call_guard<py::gil_scoped_release>())
       .def("before_forward", &Reducer::before_forward, py::call_guard<py::gil_scoped_release>())
       .def("before_backward", &Reducer::before_backward, py::call_guard<py::gil_scoped_release>())
       .def("start_samples", &Reducer::start_samples, py::call_guard<py::gil_scoped_release>())
       .def("finish_update", &Reducer::finish_update, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("gradients_in_shared_memory", &Reducer::gradients_in_shared_memory);
+      .def_property_readonly("gradients_in_shared_memory", &Reducer::gradients_in_shared_memory)
+      .def_property_readonly("bucket_layout", &Reducer::bucket_layout);
   py::class_<Plan>(m, "Plan")
       .def(py::init<int64_t, std::vector<int64_t>, std::vector<int64_t>, int64_t, uint64_t, bool>(),
            py::arg("dataset_size"), py::arg("batch_sizes"), py::arg("update_freqs"), py::arg("rank"), py::arg("seed"),
@@ -161,5 +148,9 @@ PYBIND11_MODULE(_C, m) {
       .def("next_update", &Plan::next_update)
       .def("updates_per_epoch", &Plan::updates_per_epoch)
       .def("position", &Plan::position)
-      .def("restore", &Plan::restore);
+      .def("restore", &Plan::restore)
+      .def("set_shares", &Plan::set_shares);
+  bind_checkpoint(m);
+  bind_balance(m);
+  bind_train(m);
 }

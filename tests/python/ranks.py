@@ -1,0 +1,21 @@
+"""Real ranks for the Python extension's tests: a script under torchrun on this machine."""
+import os
+import signal
+import subprocess
+import sys
+
+
+def torchrun(nproc, *args, timeout=420):
+    """Runs `args` (a script and its arguments) on `nproc` ranks with `torchrun --standalone`; fails the test with
+    the output when it exits non-zero. torchrun and its ranks run in a session of their own, killed as a whole
+    when `timeout` passes: a rank that outlived a killed torchrun would wait for its store forever."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *map(str, args)]
+    p = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        raise AssertionError(f"torchrun ran past {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}")
+    assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
