@@ -9,19 +9,18 @@ import sys
 import pytest
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import torchrun  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ddp_worker.py")
 
 
 def run_ranks(tmp_path, scenario, nproc=3, env=None):
     """Runs ddp_worker.py SCENARIO on `nproc` ranks; returns each rank's result and rank 0's oracle."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), WORKER,
-           scenario, str(tmp_path)]
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}"
+    stderr = torchrun(nproc, WORKER, scenario, tmp_path, env=env)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(nproc)]
-    return ranks, torch.load(tmp_path / "oracle.pt"), p.stderr
+    return ranks, torch.load(tmp_path / "oracle.pt"), stderr
 
 
 def max_difference(a, b):
