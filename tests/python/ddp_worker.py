@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import hetseq
+from ranks import backward_update
 
 scenario, out = sys.argv[1], sys.argv[2]
 dist.init_process_group("gloo")
@@ -44,12 +45,7 @@ for update in plan.updates(rank):
     else:
         # With `samples` the sum over the ranks travels during backward; the update_freqs case counts afterwards.
         samples = None if scenario == "update_freqs" else sum(len(idx) for idx in update)
-        with ddp.update(plan.micro_batches, samples=samples) as u:
-            for idx in update:
-                if idx:
-                    u.backward(loss_sum(model(xs[idx]), ys[idx]), len(idx))
-                else:
-                    u.skip()
+        backward_update(ddp, plan.micro_batches, update, lambda idx: loss_sum(model(xs[idx]), ys[idx]), samples)
     optimizer.step()
     updates += 1
 # Collectives of torch.distributed on the same group still work after hetseq's updates.

@@ -1,4 +1,5 @@
-"""Real ranks for the Python extension's tests: a script under torchrun on this machine."""
+"""Real ranks for the Python extension's tests: a script under torchrun on this machine, and the update that its
+workers run."""
 import os
 import signal
 import subprocess
@@ -21,3 +22,14 @@ def torchrun(nproc, *args, timeout=420, env=None):
         raise AssertionError(f"torchrun ran past {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}")
     assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
     return stderr
+
+
+def backward_update(ddp, micro_batches, update, loss_of, samples=None):
+    """One update of a plan's index lists on this rank: each micro-batch's summed loss (`loss_of(indices)`) goes
+    backward with its sample count, and an empty micro-batch (a rank with fewer than the most) is skipped."""
+    with ddp.update(micro_batches, samples=samples) as u:
+        for idx in update:
+            if idx:
+                u.backward(loss_of(idx), len(idx))
+            else:
+                u.skip()

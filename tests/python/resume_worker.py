@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import hetseq
+from ranks import backward_update
 
 mode, out = sys.argv[1], sys.argv[2]
 stop = int(sys.argv[3]) if len(sys.argv) > 3 else 0
@@ -36,12 +37,8 @@ def run(mode):
     for epoch in range(plan.epoch, EPOCHS + 1):
         for update in plan.updates(rank, epoch):
             optimizer.zero_grad()
-            with ddp.update(plan.micro_batches, samples=sum(map(len, update))) as u:
-                for idx in update:
-                    if idx:
-                        u.backward(loss_sum(model(xs[idx]), ys[idx]), len(idx))
-                    else:
-                        u.skip()
+            backward_update(ddp, plan.micro_batches, update, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
+                            samples=sum(map(len, update)))
             optimizer.step()
             scheduler.step()
             if mode == "stop" and ddp.num_updates == stop:
