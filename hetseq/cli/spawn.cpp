@@ -214,12 +214,7 @@ int spawn_workers(const TrainOptions& o, int argc, const char* const argv[], con
   // On CPUs the workers may be forks of this process that run hetseq-train's entry point: Note [Forked
   // workers] (hetseq/world/launcher.cpp). CUDA does not survive a fork, so GPU workers start anew.
   if (on_cpu) {
-    launch.run_worker = [](const std::vector<std::string>& args) {
-      std::vector<const char*> argv;
-      for (const auto& a : args) argv.push_back(a.c_str());
-      argv.push_back(nullptr);
-      return train_main(static_cast<int>(args.size()), argv.data());
-    };
+    launch.run_worker = [](const std::vector<std::string>& args) { return train_main(args); };
   }
   if (plan.host_store) {
     const InitMethod m = parse_init_method(plan.init_method, {});

@@ -99,4 +99,19 @@ int run_guarded(int (*body)(int, const char* const*), const char* program, int a
 
 int train_main(int argc, const char* const argv[]) { return run_guarded(train, "hetseq-train", argc, argv); }
 
+namespace {
+
+int with_pointers(int (*main)(int, const char* const*), const std::vector<std::string>& argv) {
+  std::vector<const char*> pointers;
+  for (const auto& a : argv) pointers.push_back(a.c_str());
+  pointers.push_back(nullptr);
+  return main(static_cast<int>(argv.size()), pointers.data());
+}
+
+}  // namespace
+
+int train_main(const std::vector<std::string>& argv) { return with_pointers(train_main, argv); }
+
+int eval_main(const std::vector<std::string>& argv) { return with_pointers(eval_main, argv); }
+
 }  // namespace hetseq::cli

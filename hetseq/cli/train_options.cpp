@@ -241,12 +241,13 @@ std::map<std::string, std::string> compared_flags(const cxxopts::Options& parser
   // The flag groups of the tasks that do not run: what they say cannot change this run, and a rank whose
   // program knows another set of tasks (a --user-dir library loaded for another task, another build's
   // tasks) trains the same model.
-  std::set<std::string> other_tasks;
+  const TaskRegistry& tasks = TaskRegistry::global();
   const std::string task = values.text_or("task", "");
-  for (const auto& name : TaskRegistry::global().names()) {
-    if (name != task) other_tasks.insert(TaskRegistry::global().get(name).group());
+  const std::string running = tasks.contains(task) ? tasks.get(task).group() : "";
+  std::set<std::string> other_tasks;
+  for (const auto& name : tasks.names()) {
+    if (tasks.get(name).group() != running) other_tasks.insert(tasks.get(name).group());
   }
-  other_tasks.erase(TaskRegistry::global().contains(task) ? TaskRegistry::global().get(task).group() : "");
   std::map<std::string, std::string> out;
   for (const auto& group : parser.groups()) {
     if (other_tasks.count(group)) continue;

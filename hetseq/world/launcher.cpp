@@ -52,12 +52,6 @@ int threads_in_this_process() {
   return n;
 }
 
-bool may_fork(const LaunchOptions& o) {
-  if (!o.run_worker) return false;
-  const char* start = std::getenv(kWorkerStartEnv);
-  if (start != nullptr && std::string(start) == "exec") return false;
-  return threads_in_this_process() == 1;
-}
 
 // Reads the pipe to its end: the init method that the parent writes once it hosts the store.
 std::string read_all(int fd) {
@@ -92,22 +86,32 @@ void write_all(int fd, const std::string& text) {
   if (init_method.empty()) std::_Exit(kExitInternal);  // the launcher failed before it could say; it reports
   if (o.host_tcp_store) ::setenv(kStoreHostedEnv, "1", 1);
   ::setenv(kLauncherPidEnv, std::to_string(launcher).c_str(), 1);
-  log::set_rank(0);  // as in a new process, until the worker joins its world
+  run_forked_program(o.run_worker, o.command_line(i, init_method));
+}
+
+}  // namespace
+
+bool fork_is_safe_here() {
+  const char* start = std::getenv(kWorkerStartEnv);
+  if (start != nullptr && std::string(start) == "exec") return false;
+  return threads_in_this_process() == 1;
+}
+
+void run_forked_program(const std::function<int(const std::vector<std::string>&)>& program,
+                        const std::vector<std::string>& argv) {
+  log::set_rank(0);  // as in a new process, until a worker joins its world
   log::enable_all_ranks(false);
-  const std::vector<std::string> args = o.command_line(i, init_method);
   int code = kExitInternal;
   try {
-    code = o.run_worker(args);
+    code = program(argv);
   } catch (const std::exception& e) {
-    std::cerr << "hetseq-train: error: " << e.what() << std::endl;
+    std::cerr << argv.front() << ": error: " << e.what() << std::endl;
   }
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
   std::_Exit(code);
 }
-
-}  // namespace
 
 int launch_workers(const LaunchOptions& o) {
   HETSEQ_ASSERT(o.command_line != nullptr, "a launch without the workers' command line");
@@ -119,7 +123,7 @@ int launch_workers(const LaunchOptions& o) {
   std::vector<pid_t> pids;  // [worker]
   // Forked workers come first, while this process runs one thread (Note [Forked workers]); each then
   // waits on its pipe for the init method.
-  const bool forked = may_fork(o);
+  const bool forked = o.run_worker && fork_is_safe_here();
   std::vector<int> init_pipes;  // [worker]: the write end
   auto kill_started = [&] {
     for (int fd : init_pipes) ::close(fd);

@@ -44,6 +44,16 @@ inline constexpr const char* kStoreHostedEnv = "HETSEQ_STORE_HOSTED";
 /// them alone (HETSEQ_WORKER_START=exec): Note [Forked workers].
 inline constexpr const char* kWorkerStartEnv = "HETSEQ_WORKER_START";
 
+/// Whether this process may fork a program's entry point safely (Note [Forked workers]): it runs one
+/// thread, and HETSEQ_WORKER_START=exec does not ask for a start anew.
+bool fork_is_safe_here();
+
+/// In a forked child, runs `program` on `argv` as a new process of it would start (the logging of a new
+/// process, an escaped exception as one line on stderr naming argv[0]), then leaves with its exit code,
+/// the streams flushed, by _Exit: the parent's static objects are the parent's to destroy.
+[[noreturn]] void run_forked_program(const std::function<int(const std::vector<std::string>&)>& program,
+                                     const std::vector<std::string>& argv);
+
 /// Starts the local workers, as forks of this process that run `run_worker` (Note [Forked workers]) or
 /// by fork+exec of this program (posix_spawn of /proc/self/exe), and waits for them. When one fails, the others are stopped (SIGTERM, then SIGKILL after `grace`) and the
 /// launcher reports the failing rank. SIGTERM or SIGINT to the launcher is passed on to every worker

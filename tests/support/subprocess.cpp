@@ -21,7 +21,6 @@
 #include <torch/utils.h>
 
 #include "hetseq/cli/train_command.h"
-#include "hetseq/core/logging.h"
 #include "hetseq/core/memory.h"
 #include "hetseq/world/launcher.h"
 #include "support/test_paths.h"
@@ -68,7 +67,7 @@ std::string slurp(const std::string& path) {
 //    a fork keeps the test binary's command line.
 // The launcher's and the installed programs' own starts stay covered: the scripts' tests (BERT, install,
 // gpu_check, torchrun, Slurm) run the real binaries, and test_world_cli compares fork and exec.
-using ProgramMain = int (*)(int, const char* const*);
+using ProgramMain = int (*)(const std::vector<std::string>&);
 
 int g_fresh_intra_op_threads = 0;  // remember_fresh_process_settings(); 0: not remembered
 int g_test_cases_started = 0;      // note_test_case_started()
@@ -81,24 +80,18 @@ int64_t visible_cuda_devices() {
 ProgramMain forkable_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   static const std::string train = binary_path("hetseq-train");
   static const std::string eval = binary_path("hetseq-eval");
-  ProgramMain program = argv[0] == train ? &hetseq::cli::train_main
-                        : argv[0] == eval ? &hetseq::cli::eval_main
+  ProgramMain program = argv[0] == train ? ProgramMain{&hetseq::cli::train_main}
+                        : argv[0] == eval ? ProgramMain{&hetseq::cli::eval_main}
                                           : nullptr;
   if (program == nullptr) return nullptr;
   for (const char* key : {kTestStartEnv, hetseq::kWorkerStartEnv}) {
     const auto given = env.find(key);
-    const char* inherited = std::getenv(key);
-    if ((given != env.end() && given->second == "exec") || (inherited != nullptr && std::string(inherited) == "exec")) {
-      return nullptr;
-    }
+    if (given != env.end() && given->second == "exec") return nullptr;
   }
+  const char* inherited = std::getenv(kTestStartEnv);
+  if (inherited != nullptr && std::string(inherited) == "exec") return nullptr;
   if (visible_cuda_devices() > 0 || g_test_cases_started > 1) return nullptr;
-  std::error_code ec;
-  int threads = 0;
-  for (auto it = fs::directory_iterator("/proc/self/task", ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    ++threads;
-  }
-  return threads == 1 ? program : nullptr;
+  return hetseq::fork_is_safe_here() ? program : nullptr;  // one thread, HETSEQ_WORKER_START not exec
 }
 
 // The child of a forked test program: the descriptors and process group posix_spawn would give it, the
@@ -122,16 +115,7 @@ ProgramMain forkable_program(const std::vector<std::string>& argv, const std::ma
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   hetseq::keep_freed_memory();
   if (g_fresh_intra_op_threads > 0) torch::set_num_threads(g_fresh_intra_op_threads);
-  hetseq::log::set_rank(0);
-  hetseq::log::enable_all_ranks(false);
-  std::vector<const char*> args;
-  for (const auto& a : argv) args.push_back(a.c_str());
-  args.push_back(nullptr);
-  const int code = program(static_cast<int>(argv.size()), args.data());
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  std::_Exit(code);
+  hetseq::run_forked_program(program, argv);
 }
 
 Child spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
