@@ -4,9 +4,13 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 #include "hetseq/world/process_group.h"
 #include "hetseq/train/precision.h"
 #include "support/subprocess.h"
+#include "support/zygote_server.h"
 
 namespace {
 
@@ -23,6 +27,19 @@ CATCH_REGISTER_LISTENER(TestCaseCounter)
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  // `--zygote SOCKET`: the ctest fixture's zygote, which returns only in the test processes it forks, with
+  // their command lines (Note [Test zygote], support/zygote_server.cpp).
+  std::vector<std::string> zygote_args;
+  std::vector<char*> zygote_argv;
+  if (argc == 3 && std::string(argv[1]) == "--zygote") {
+    auto args = hetseq::test::serve_as_zygote(argv[2]);
+    if (!args) return 0;
+    zygote_args = std::move(*args);
+    for (auto& a : zygote_args) zygote_argv.push_back(a.data());
+    zygote_argv.push_back(nullptr);
+    argc = static_cast<int>(zygote_args.size());
+    argv = zygote_argv.data();
+  }
   // Tests run several ranks as threads of one process: Note [Flight recorder off].
   hetseq::flight_recorder_off_by_default();
   // The in-process float16 tests train on the CPU too: Note [Float16 on CPUs with AVX512-FP16].

@@ -18,8 +18,8 @@ if(_hetseq_cuda_count GREATER 0 AND NOT EXISTS /dev/nvidia0 AND NOT "$ENV{HETSEQ
   foreach(_hetseq_test IN LISTS _hetseq_cuda_tests)
     set_tests_properties("${_hetseq_test}" PROPERTIES DISABLED TRUE)
   endforeach()
-  # HETSEQ_TESTS_BINARY: the test binary's path (tests/CMakeLists.txt writes it into a file read before this one).
-  add_test("CUDA tests on a machine without a device" "${HETSEQ_TESTS_BINARY}" "[cuda]")
+  # HETSEQ_TESTS_BINARY, HETSEQ_TEST_RUN: the test binary's path and its client's (tests/CMakeLists.txt writes it into a file read before this one).
+  add_test("CUDA tests on a machine without a device" "${HETSEQ_TEST_RUN}" "${HETSEQ_TESTS_BINARY}" "[cuda]")
   set_tests_properties("CUDA tests on a machine without a device" PROPERTIES TIMEOUT 600
-                       FAIL_REGULAR_EXPRESSION "No test cases matched")
+                       FAIL_REGULAR_EXPRESSION "No test cases matched" FIXTURES_REQUIRED hetseq_zygote)
 endif()

@@ -1,0 +1,35 @@
+#pragma once
+// What hetseq-test-run (tests/zygote/client.cpp) and the test binary's zygote (support/zygote_server.cpp)
+// say to each other over a Unix socket beside the test binary: Note [Test zygote] (support/zygote_server.cpp).
+// Plain C++ and POSIX: the client links nothing of LibTorch, so that it starts in a millisecond.
+//
+// A request is one sendmsg of a std::uint64_t, the length of the text that follows, carrying the client's
+// descriptors 0, 1 and 2 (SCM_RIGHTS) for a "run"; then the text: NUL-terminated fields, the kind ("run"
+// or "stop"), the program's path, the working directory, the count of arguments, the arguments (argv[0]
+// first), then the environment's "KEY=VALUE" strings to the end. The zygote answers a run with two
+// std::int64_t: the child's pid (or kRefused: the client then runs the program itself), then its wait status.
+
+#include <cstdint>
+#include <string>
+
+namespace hetseq::test::zygote {
+
+inline constexpr std::int64_t kRefused = -1;
+/// The most text a request may carry (the environment of a test is a few kilobytes).
+inline constexpr std::uint64_t kMaxRequestBytes = 1 << 20;
+/// How long the zygote waits for a connected client's request before it drops it.
+inline constexpr int kRequestTimeoutS = 10;
+/// A zygote with no child and no request for this long exits (one left by a run that was killed).
+inline constexpr int kIdleExitS = 900;
+
+/// The zygote's socket for the test binary at `program` (an absolute path): a file beside it. Empty where that
+/// path is too long for a Unix socket's address; then there is no zygote and tests start anew.
+inline std::string socket_path(const std::string& program) {
+  const auto slash = program.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : program.substr(0, slash);
+  const std::string base = slash == std::string::npos ? program : program.substr(slash + 1);
+  std::string path = dir + "/." + base + ".zygote";
+  return path.size() < 100 ? path : std::string();
+}
+
+}  // namespace hetseq::test::zygote
