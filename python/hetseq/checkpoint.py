@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from .shard import ShardedOptimizer
+from .shard import ShardedOptimizer, class_path
 
 
 def save(path, ddp, optimizer=None, plan=None, lr_scheduler=None, task="python", options=""):
@@ -125,13 +125,7 @@ def _checkpoint(ddp, optimizer, optimizer_state, plan, lr_scheduler, task, optio
 def _class_name(obj):
     """`torch.optim.Adam`, `torch.optim.lr_scheduler.StepLR`; `module.Class` for others; a ShardedOptimizer's
     class's name."""
-    cls = obj.optimizer_class if isinstance(obj, ShardedOptimizer) else type(obj)
-    module = cls.__module__
-    for public in ("torch.optim.lr_scheduler", "torch.optim"):
-        if module.startswith(public):
-            module = public
-            break
-    return f"{module}.{cls.__qualname__}"
+    return class_path(obj.optimizer_class if isinstance(obj, ShardedOptimizer) else type(obj))
 
 
 def _numbers(d, prefix=""):

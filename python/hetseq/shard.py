@@ -74,8 +74,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer_class, params, memory_budget=None, process_group=None, alignment=16,
                  **optimizer_kwargs):
-        name = f"{getattr(optimizer_class, '__module__', '')}.{getattr(optimizer_class, '__qualname__', optimizer_class)}"
         if optimizer_class not in _ELEMENTWISE:
+            name = class_path(optimizer_class) if isinstance(optimizer_class, type) else repr(optimizer_class)
             allowed = ", ".join(c.__name__ for c in _ELEMENTWISE)
             raise _C.UsageError(f"hetseq.ShardedOptimizer: {name} is not known to keep its state per element, so a "
                                 f"shard of its parameters could not step as the whole does; use one of {allowed}, or "
@@ -241,6 +241,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return (f"hetseq.ShardedOptimizer({self.optimizer_class.__name__}, rank {self.rank}: elements "
                 f"[{self.shard.first}, {self.shard.first + self.shard.numel}) of "
                 f"{sum(p.numel() for p in self._params)}, budget {self.budget_bytes} bytes)")
+
+
+def class_path(cls):
+    """`torch.optim.Adam`, `torch.optim.lr_scheduler.StepLR` (torch's public modules, not the files that define
+    them); `module.Class` for others."""
+    module = cls.__module__
+    for public in ("torch.optim.lr_scheduler", "torch.optim"):
+        if module.startswith(public):
+            module = public
+            break
+    return f"{module}.{cls.__qualname__}"
 
 
 def _options(group):
