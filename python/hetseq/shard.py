@@ -118,7 +118,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 inner_groups.append({**_options(groups[g]), "params": []})
             inner_groups[self._inner_group[g]]["params"].append(view)
         self.optimizer = optimizer_class(inner_groups, **optimizer_kwargs)
+        self._built = False
         super().__init__(groups, self.optimizer.defaults)
+        self._built = True
+
+    def add_param_group(self, param_group):
+        """torch.optim's, while it is built; afterwards a hetseq.UsageError: the plan cuts the parameters it was
+        built with."""
+        if self._built:
+            raise _C.UsageError("hetseq.ShardedOptimizer: add_param_group after it was built would leave the new "
+                                "parameters out of the shard plan; build it with every param group")
+        super().add_param_group(param_group)
 
     @property
     def plan(self):

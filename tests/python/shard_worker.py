@@ -2,6 +2,7 @@
     shard_worker.py OUT_DIR
 Budgets 1:1:2 and batches 7/13/29. It writes OUT_DIR/rank<R>.pt with:
 - `budget_error`: the message of the InputError that a budget of 0 on rank 1 gives on every rank;
+- `add_param_group_error`: the UsageError's message for a param group added after construction;
 - `exact`: for Adam, AdamW (two param groups) and SGD with momentum, the weights after an epoch of updates with
   hetseq.ShardedOptimizer and with the unsharded torch.optim optimizer, and the sharded one's report;
 - `resume`: the weights of a sharded run (Adam, StepLR, dropout) of two epochs never stopped, and of the same run
@@ -64,15 +65,19 @@ def train_epoch(cls, kwargs, budgets, two_groups):
                         samples=sum(map(len, update)))
         optimizer.step()
     report = optimizer.report(print_json=True) if budgets is not None else None
-    return [p.detach().clone() for p in model.parameters()], ddp.num_updates, report
+    return [p.detach().clone() for p in model.parameters()], ddp.num_updates, report, optimizer
 
 
 result["exact"] = {}
+try:  # after construction, a new group would be out of the plan
+    train_epoch(torch.optim.SGD, {"lr": 0.1}, BUDGETS, False)[3].add_param_group({"params": [torch.zeros(3)]})
+except hetseq.UsageError as e:
+    result["add_param_group_error"] = str(e)
 for name, cls, kwargs, two_groups in [("Adam", torch.optim.Adam, {"lr": 0.01}, False),
                                       ("AdamW", torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}, True),
                                       ("SGD", torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}, False)]:
-    sharded, updates, report = train_epoch(cls, kwargs, BUDGETS, two_groups)
-    unsharded, _, _ = train_epoch(cls, kwargs, None, two_groups)
+    sharded, updates, report, _ = train_epoch(cls, kwargs, BUDGETS, two_groups)
+    unsharded, _, _, _ = train_epoch(cls, kwargs, None, two_groups)
     result["exact"][name] = {"sharded": sharded, "unsharded": unsharded, "updates": updates, "report": report}
 
 EPOCHS, STOP = 2, 10

@@ -84,6 +84,11 @@ def test_a_budget_of_zero_is_an_input_error_naming_the_rank_on_every_rank(ranks)
         assert result["budget_error"].startswith("hetseq.ShardedOptimizer (memory_budget)")
 
 
+def test_a_param_group_added_afterwards_is_a_usage_error(ranks):
+    for result in ranks:
+        assert "add_param_group after it was built" in result["add_param_group_error"]
+
+
 class _Adam(torch.optim.Adam):
     pass
 
