@@ -89,8 +89,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for i, p in enumerate(flat):
             if not isinstance(p, torch.Tensor) or not p.is_contiguous() or p.dtype != flat[0].dtype or \
                     p.device != flat[0].device:
-                raise _C.UsageError(f"hetseq.ShardedOptimizer: parameter {i} must be a contiguous tensor with parameter "
-                                    f"0's dtype and device ({flat[0].dtype}, {flat[0].device})")
+                raise _C.UsageError(f"hetseq.ShardedOptimizer: parameter {i} must be a contiguous tensor with "
+                                    f"parameter 0's dtype and device ({flat[0].dtype}, {flat[0].device})")
         self.process_group = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
         self.rank = dist.get_rank(self.process_group)
         self.optimizer_class = optimizer_class

@@ -26,7 +26,8 @@ void bind_shard(py::module_& m) {
       .def_readonly("first", &ShardRange::first)
       .def_readonly("numel", &ShardRange::numel)
       .def("__eq__", &ShardRange::operator==)
-      .def("__repr__", [](const ShardRange& r) { return fmt::format("ShardRange(first={}, numel={})", r.first, r.numel); });
+      .def("__repr__",
+           [](const ShardRange& r) { return fmt::format("ShardRange(first={}, numel={})", r.first, r.numel); });
   py::class_<ShardSlice>(m, "ShardSlice", "Elements [offset, offset + numel) of parameter `param` (flattened)")
       .def_readonly("param", &ShardSlice::param)
       .def_readonly("offset", &ShardSlice::offset)
