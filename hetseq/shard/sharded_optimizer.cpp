@@ -50,28 +50,53 @@ namespace hetseq {
 // boundaries and a norm over partial sums, which this first step leaves out (issues 27, 38). Checkpoints:
 // see Note [Sharded optimizer state in checkpoints] (sharded_save.cpp).
 
+std::vector<int64_t> exchange_budgets(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int64_t budget_bytes,
+                                      const torch::Device& device) {
+  const int64_t world = group->getSize();
+  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  std::vector<torch::Tensor> input{torch::full({1}, budget_bytes, int_options)};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int64_t r = 0; r < world; ++r) output[0].push_back(torch::empty({1}, int_options));
+  wait_for_peers(group->allgather(output, input), group->getRank(), world, "allgather of the memory budgets");
+  std::vector<int64_t> budgets;  // [rank]
+  for (const auto& b : output[0]) budgets.push_back(b.cpu().item<int64_t>());
+  return budgets;
+}
+
+std::vector<ShardReport> exchange_shard_reports(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                const ShardReport& mine, const torch::Device& device) {
+  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const std::vector<int64_t> figures{mine.rank,         mine.first,        mine.numel,     mine.state_bytes,
+                                     mine.budget_bytes, mine.param_bytes, mine.grad_bytes};
+  std::vector<torch::Tensor> input{torch::tensor(figures, torch::kInt64).to(device)};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int64_t r = 0; r < group->getSize(); ++r) {
+    output[0].push_back(torch::empty({static_cast<int64_t>(figures.size())}, int_options));
+  }
+  wait_for_peers(group->allgather(output, input), group->getRank(), group->getSize(),
+                 "allgather of the optimizer shards' figures");
+  std::vector<ShardReport> reports;  // [rank]
+  for (const auto& t : output[0]) {
+    const torch::Tensor c = t.cpu();
+    const int64_t* v = c.data_ptr<int64_t>();
+    reports.push_back(ShardReport{v[0], v[1], v[2], v[3], v[4], v[5], v[6]});
+  }
+  return reports;
+}
+
 std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Tensor> params,
                                                            const optim::OptimizerFactory& make,
                                                            c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                            ShardedOptimizerOptions options, Report report) {
   HETSEQ_ASSERT(group, "ShardedOptimizer without a process group");
   HETSEQ_ASSERT(!params.empty(), "ShardedOptimizer without parameters");
-  const int64_t world = group->getSize();
   std::vector<int64_t> numels;  // [param]
   int64_t total = 0;
   for (const auto& p : params) {
     numels.push_back(p.numel());
     total += p.numel();
   }
-  // [rank] budgets, exchanged on the parameters' device (NCCL wants CUDA tensors).
-  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(params[0].device());
-  std::vector<torch::Tensor> input{torch::full({1}, options.budget_bytes, int_options)};
-  std::vector<std::vector<torch::Tensor>> output(1);
-  for (int64_t r = 0; r < world; ++r) output[0].push_back(torch::empty({1}, int_options));
-  wait_for_peers(group->allgather(output, input), group->getRank(), world, "allgather of the memory budgets");
-  std::vector<int64_t> budgets;
-  for (const auto& b : output[0]) budgets.push_back(b.cpu().item<int64_t>());
-
+  const std::vector<int64_t> budgets = exchange_budgets(group, options.budget_bytes, params[0].device());
   std::vector<ShardRange> plan = plan_shards(budgets, total, options.alignment);
   const ShardRange mine = plan[static_cast<size_t>(group->getRank())];
   std::vector<ShardSlice> slices = shard_slices(numels, mine);
@@ -135,27 +160,14 @@ int64_t ShardedOptimizer::state_bytes() const {
 void ShardedOptimizer::report_plan() {
   reported_ = true;
   const ShardRange mine = shard();
-  const auto int_options = torch::TensorOptions().dtype(torch::kInt64).device(params()[0].device());
   int64_t param_bytes = 0, grad_bytes = 0;  // what this rank holds: every parameter and gradient under os
   for (const auto& p : params()) {
     param_bytes += static_cast<int64_t>(p.nbytes());
     if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
   }
-  const std::vector<int64_t> figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
-                                     budget_bytes_, param_bytes, grad_bytes};
-  std::vector<torch::Tensor> input{torch::tensor(figures, torch::kInt64).to(int_options.device())};
-  std::vector<std::vector<torch::Tensor>> output(1);
-  for (int64_t r = 0; r < group_->getSize(); ++r) {
-    output[0].push_back(torch::empty({static_cast<int64_t>(figures.size())}, int_options));
-  }
-  wait_for_peers(group_->allgather(output, input), group_->getRank(), group_->getSize(),
-                 "allgather of the optimizer shards' figures");
-  std::vector<ShardReport> reports;  // [rank]
-  for (const auto& t : output[0]) {
-    const torch::Tensor c = t.cpu();
-    const int64_t* v = c.data_ptr<int64_t>();
-    reports.push_back(ShardReport{v[0], v[1], v[2], v[3], v[4], v[5], v[6]});
-  }
+  const ShardReport figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
+                            budget_bytes_, param_bytes, grad_bytes};
+  const std::vector<ShardReport> reports = exchange_shard_reports(group_, figures, params()[0].device());
   if (report_) report_(reports);
 }
 

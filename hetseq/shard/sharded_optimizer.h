@@ -22,6 +22,17 @@ struct ShardedOptimizerOptions {
   GatherMethod gather = GatherMethod::kBroadcastPerRank;  // See Note [Gathering uneven shards]
 };
 
+/// A collective over `group`: every rank's memory budget, [rank], exchanged on `device` (NCCL wants CUDA
+/// tensors). ShardedOptimizer::create and Python's hetseq.ShardedOptimizer call it before plan_shards.
+/// Throws hetseq::PeerError when a peer is lost.
+std::vector<int64_t> exchange_budgets(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int64_t budget_bytes,
+                                      const torch::Device& device);
+
+/// A collective over `group`: every rank's ShardReport, [rank], from each rank's own `mine`, exchanged on
+/// `device`. Throws hetseq::PeerError when a peer is lost.
+std::vector<ShardReport> exchange_shard_reports(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                                const ShardReport& mine, const torch::Device& device);
+
 /// --zero-sharding os: the configured optimizer (same class, same kernels) runs on this rank's shard
 /// of the parameters only, so it keeps state for that shard only; the updated shards are then gathered
 /// to every rank. OptimizerStateSharding (the `os` ShardingStrategy) drives it for the Controller; as an

@@ -12,6 +12,7 @@ from . import _C
 from . import checkpoint  # noqa: F401  (hetseq.checkpoint.save, load)
 from . import data  # noqa: F401  (hetseq.data.Plan)
 from .session import train  # noqa: F401  (hetseq.train)
+from .shard import ShardedOptimizer  # noqa: F401  (hetseq.ShardedOptimizer)
 
 __version__ = _C.__version__
 UsageError, InputError, PeerError = _C.UsageError, _C.InputError, _C.PeerError

@@ -29,7 +29,9 @@ takes the other's state by mistake). Its param groups' numbers are `optimizer.op
 `betas.0`, `betas.1`, a bool as 0 or 1, prefixed `group<g>.` when there are several groups; strings and None are
 not numbers and stay as the loop builds them. `optimizer.state` holds, as in hetseq's own Note [Optimizer state],
 `num_params` and `param.<i>.<name>` for every tensor of parameter i's state (`step`, `exp_avg`, `momentum_buffer`,
-...), with torch's dtypes, so that load gives torch.optim back the tensors it saved.
+...), with torch's dtypes, so that load gives torch.optim back the tensors it saved. A hetseq.ShardedOptimizer is
+saved in the unsharded form, under its class's name: the file of the unsharded run (Note [Sharded torch.optim
+optimizers], hetseq/shard.py).
 """
 import numbers
 
@@ -37,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .shard import ShardedOptimizer, class_path
 
 
 def save(path, ddp, optimizer=None, plan=None, lr_scheduler=None, task="python", options=""):
@@ -44,10 +47,13 @@ def save(path, ddp, optimizer=None, plan=None, lr_scheduler=None, task="python",
     at the same point, between updates; rank 0 writes the file atomically (a temporary file renamed over `path`:
     never half-written) and the others wait for it. A hetseq.InputError where rank 0 cannot write it, a
     hetseq.PeerError on the other ranks then. `task` and `options` are kept for the record (the file's `args`)."""
+    # Every rank: a hetseq.ShardedOptimizer's state_dict() gathers its shards.
+    optimizer_state = optimizer.state_dict() if optimizer is not None else None
     error = None
     if ddp.rank == 0:
         try:
-            _C.save_checkpoint(_checkpoint(ddp, optimizer, plan, lr_scheduler, task, options), str(path))
+            _C.save_checkpoint(_checkpoint(ddp, optimizer, optimizer_state, plan, lr_scheduler, task, options),
+                               str(path))
         except Exception as e:  # every rank must reach the all_reduce below
             error = e
     failed = torch.tensor([0 if error is None else 1])
@@ -93,14 +99,14 @@ def _named_tensors(module):
     return list(module.named_parameters()), list(module.named_buffers())
 
 
-def _checkpoint(ddp, optimizer, plan, lr_scheduler, task, options):
+def _checkpoint(ddp, optimizer, optimizer_state, plan, lr_scheduler, task, options):
     parameters, buffers = _named_tensors(ddp.module)
     c = _C.Checkpoint()
     c.model = [(name, t.detach().to("cpu", copy=True)) for name, t in parameters + buffers]
     c.model_digest = _C.model_digest(parameters, buffers)
     c.task, c.options = task, options
     if optimizer is not None:
-        c.optimizer_name, c.optimizer_options, c.optimizer_state = _optimizer_entries(optimizer)
+        c.optimizer_name, c.optimizer_options, c.optimizer_state = _optimizer_entries(optimizer, optimizer_state)
     if lr_scheduler is not None:
         c.lr_scheduler_name = _class_name(lr_scheduler)
         c.lr_scheduler_state = dict(_numbers(lr_scheduler.state_dict()))
@@ -117,13 +123,9 @@ def _checkpoint(ddp, optimizer, plan, lr_scheduler, task, options):
 
 
 def _class_name(obj):
-    """`torch.optim.Adam`, `torch.optim.lr_scheduler.StepLR`; `module.Class` for others."""
-    module = type(obj).__module__
-    for public in ("torch.optim.lr_scheduler", "torch.optim"):
-        if module.startswith(public):
-            module = public
-            break
-    return f"{module}.{type(obj).__qualname__}"
+    """`torch.optim.Adam`, `torch.optim.lr_scheduler.StepLR`; `module.Class` for others; a ShardedOptimizer's
+    class's name."""
+    return class_path(obj.optimizer_class if isinstance(obj, ShardedOptimizer) else type(obj))
 
 
 def _numbers(d, prefix=""):
@@ -165,9 +167,9 @@ def _with_numbers(d, saved, prefix, source, what):
     return {key: put(key, value) for key, value in d.items()}
 
 
-def _optimizer_entries(optimizer):
-    """(name, options, state) of a torch.optim optimizer; see Note [torch.optim state in a hetseq checkpoint]."""
-    sd = optimizer.state_dict()
+def _optimizer_entries(optimizer, sd):
+    """(name, options, state) of a torch.optim optimizer of state dict `sd`; see Note [torch.optim state in a hetseq
+    checkpoint]."""
     groups = sd["param_groups"]
     options = {}
     for g, group in enumerate(groups):
@@ -186,7 +188,7 @@ def _optimizer_entries(optimizer):
 
 def _optimizer_state_dict(optimizer, c, source):
     """The state dict that gives `optimizer` the checkpoint's state, checked against the optimizer's kind and
-    parameters before anything changes."""
+    parameters before anything changes (a collective for a ShardedOptimizer, whose state_dict() gathers)."""
     name = _class_name(optimizer)
     if c.optimizer_name != name:
         raise _C.InputError(f"{source}: its optimizer is {c.optimizer_name or '(none)'}, and this loop's is {name}; "

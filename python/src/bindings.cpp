@@ -152,5 +152,6 @@ PYBIND11_MODULE(_C, m) {
       .def("set_shares", &Plan::set_shares);
   bind_checkpoint(m);
   bind_balance(m);
+  bind_shard(m);
   bind_train(m);
 }

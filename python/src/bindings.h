@@ -9,6 +9,8 @@ namespace hetseq::python {
 void bind_checkpoint(pybind11::module_& m);
 /// hetseq._C.CostWindow and solve_split, the balancer's parts (balance_binding.cpp).
 void bind_balance(pybind11::module_& m);
+/// hetseq._C.plan_shards, ShardGather and the other parts of the sharded optimizer state (shard_binding.cpp).
+void bind_shard(pybind11::module_& m);
 /// hetseq._C.train: a registered C++ task trained in this process (train_binding.cpp).
 void bind_train(pybind11::module_& m);
 

@@ -1,7 +1,7 @@
 """hetseq.checkpoint from a Python loop, as real ranks under torchrun: a run stopped and resumed from its checkpoint
 ends with the weights of the run never stopped, bit for bit; a checkpoint written from Python is hetseq-train's
-format, which hetseq-eval evaluates (its figures equal Python's) and torch.load reads; a damaged file is a
-hetseq.InputError naming it."""
+format (a sharded optimizer's too), which hetseq-eval evaluates (its figures equal Python's) and torch.load reads; a
+damaged file is a hetseq.InputError naming it."""
 import json
 import os
 import struct
@@ -46,9 +46,10 @@ def hetseq_eval():
     return path
 
 
-def test_a_checkpoint_from_python_is_evaluated_by_hetseq_eval(tmp_path, mnist_subset):
+@pytest.mark.parametrize("optimizer", ["torch.optim", "sharded"])
+def test_a_checkpoint_from_python_is_evaluated_by_hetseq_eval(tmp_path, mnist_subset, optimizer):
     hidden, checkpoint = 16, tmp_path / "mnist.pt"
-    torchrun(2, os.path.join(HERE, "eval_worker.py"), mnist_subset, checkpoint, hidden, 4)
+    torchrun(2, os.path.join(HERE, "eval_worker.py"), mnist_subset, checkpoint, hidden, 4, optimizer)
     p = subprocess.run([hetseq_eval(), "--task", "mnist", "--data", str(mnist_subset), "--hidden-units", str(hidden),
                         "--path", str(checkpoint), "--max-sentences", "50", "--log-format", "json", "--cpu"],
                        capture_output=True, text=True, timeout=120)
@@ -59,6 +60,7 @@ def test_a_checkpoint_from_python_is_evaluated_by_hetseq_eval(tmp_path, mnist_su
     # The same weights in Python, read with torch.load, on the same samples.
     saved = torch.load(checkpoint, weights_only=True)
     assert saved["args"]["task"] == "mnist" and saved["extra_state"]["num_updates"] == 4
+    assert saved["optimizer"]["name"] == "torch.optim.Adam"  # a sharded run's too: its state is saved unsharded
     model = MnistNet(hidden)
     model.load_state_dict(saved["model"])
     model.eval()
