@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import hetseq
-from ranks import backward_update
+from ranks import train_plan
 
 mode, out = sys.argv[1], sys.argv[2]
 stop = int(sys.argv[3]) if len(sys.argv) > 3 else 0
@@ -34,18 +34,9 @@ def run(mode):
     plan = hetseq.data.Plan(DATASET, [7, 13, 29][:world], seed=3)
     if mode == "resume":
         hetseq.checkpoint.load(path, ddp, optimizer, plan, scheduler)
-    for epoch in range(plan.epoch, EPOCHS + 1):
-        for update in plan.updates(rank, epoch):
-            optimizer.zero_grad()
-            backward_update(ddp, plan.micro_batches, update, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
-                            samples=sum(map(len, update)))
-            optimizer.step()
-            scheduler.step()
-            if mode == "stop" and ddp.num_updates == stop:
-                hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler)
-                break
-        if mode == "stop" and ddp.num_updates == stop:
-            break
+    train_plan(ddp, optimizer, scheduler, plan, rank, EPOCHS, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
+               stop_after=stop if mode == "stop" else None,
+               on_stop=lambda: hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler))
     torch.save({"params": [p.detach().clone() for p in model.parameters()], "updates": ddp.num_updates,
                 "position": plan.position()}, os.path.join(out, f"{mode}{rank}.pt"))
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import hetseq
-from ranks import backward_update
+from ranks import backward_update, train_plan
 
 out = sys.argv[1]
 dist.init_process_group("gloo")
@@ -93,16 +93,9 @@ def run(mode, budgets):
     plan = hetseq.data.Plan(DATASET, [7, 13, 29], seed=3)
     if mode == "resume":
         hetseq.checkpoint.load(path, ddp, optimizer, plan, scheduler)
-    for epoch in range(plan.epoch, EPOCHS + 1):
-        for update in plan.updates(rank, epoch):
-            optimizer.zero_grad()
-            backward_update(ddp, plan.micro_batches, update, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
-                            samples=sum(map(len, update)))
-            optimizer.step()
-            scheduler.step()
-            if mode == "stop" and ddp.num_updates == STOP:
-                hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler)
-                return [p.detach().clone() for p in model.parameters()], ddp.num_updates
+    train_plan(ddp, optimizer, scheduler, plan, rank, EPOCHS, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
+               stop_after=STOP if mode == "stop" else None,
+               on_stop=lambda: hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler))
     return [p.detach().clone() for p in model.parameters()], ddp.num_updates
 
 
