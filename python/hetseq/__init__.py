@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import _holders
 from . import checkpoint  # noqa: F401  (hetseq.checkpoint.save, load)
 from . import data  # noqa: F401  (hetseq.data.Plan)
 from .session import train  # noqa: F401  (hetseq.train)
@@ -61,6 +62,13 @@ class DistributedDataParallel:
         self._reducer = None
         self._build_reducer([])
         self.total_samples = 0
+        _holders.holding.add(self)
+
+    def _drop_group(self):
+        # The C++ object is deleted with the GIL released; the group goes too, so that one the script destroyed
+        # is joined now (Note [Process groups at exit]).
+        self._reducer = None
+        self.process_group = None
 
     def _build_reducer(self, initial_buckets):
         """(Re)builds the C++ reducer; every rank calls it at the same point (it broadcasts rank 0's tensors).

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import _holders
 
 _ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)  # See Note [Sharded torch.optim optimizers]
 _SCALAR_STATE = ("step",)  # the state of theirs that is not per element: shared by every slice of a parameter
@@ -105,6 +106,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._slices = _C.shard_slices([p.numel() for p in flat], plan[self.rank])  # [view]
         self._views = _C.slice_views(flat, self._slices)  # [view] the shard optimizer's parameters
         self._gather = _C.ShardGather(self.process_group, plan, flat)
+        _holders.holding.add(self)
         # The shard optimizer's groups mirror the user's that have views in this shard: _inner_group[g].
         group_of = []  # [param] the user's group it is in
         for g, group in enumerate(groups):
@@ -246,6 +248,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
             inner_groups[j] = {**_options(self.param_groups[g]), "params": list(range(start, start + count))}
             start += count
         self.optimizer.load_state_dict({"state": inner_state, "param_groups": inner_groups})
+
+    def _drop_group(self):
+        # The C++ object is deleted with the GIL released; the group goes too, so that one the script destroyed
+        # is joined now (Note [Process groups at exit]).
+        self._gather = None
+        self.process_group = None
 
     def __repr__(self):
         return (f"hetseq.ShardedOptimizer({self.optimizer_class.__name__}, rank {self.rank}: elements "

@@ -5,6 +5,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/torch.h>
+#include <c10/util/Backtrace.h>
+
+#include <cstdio>
+#include <exception>
 
 #include <memory>
 #include <string>
@@ -116,8 +120,26 @@ class Plan {
 
 }  // namespace hetseq::python
 
+namespace {
+
+// A C++ std::terminate in a Python process (an exception out of a noexcept function, a joinable std::thread
+// destroyed) prints only "terminate called ..." and Python's faulthandler shows no Python frame for it: this
+// handler adds the C++ stack, then hands on to the handler it replaced.
+std::terminate_handler g_previous_terminate = nullptr;
+
+[[noreturn]] void terminate_with_backtrace() {
+  const std::string trace = c10::get_backtrace(/*frames_to_skip=*/1);
+  std::fprintf(stderr, "hetseq._C: std::terminate, C++ stack:\n%s\n", trace.c_str());
+  std::fflush(stderr);
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   using namespace hetseq::python;
+  g_previous_terminate = std::set_terminate(&terminate_with_backtrace);
   m.doc() = "hetseq's C++ machinery for Python training loops";
   m.attr("__version__") = HETSEQ_VERSION_STRING;
   m.attr("torch_version") = TORCH_VERSION;
@@ -127,7 +149,7 @@ PYBIND11_MODULE(_C, m) {
   (void)usage;
   (void)input;
   (void)peer;
-  py::class_<Reducer>(m, "Reducer")
+  py::class_<Reducer, ReleaseGilPtr<Reducer>>(m, "Reducer")  // Note [Process groups at exit] (bindings.h)
       .def(py::init<const NamedTensors&, const NamedTensors&, c10::intrusive_ptr<c10d::ProcessGroup>, double, bool,
                     const std::string&, double, std::vector<std::vector<int64_t>>>(),
            py::arg("parameters"), py::arg("buffers"), py::arg("group"), py::arg("bucket_cap_mb") = 25.0,

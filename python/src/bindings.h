@@ -3,7 +3,35 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <memory>
+
 namespace hetseq::python {
+
+// Note [Process groups at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A bound object that holds a process group (the Reducer, a ShardGather) keeps it alive past the script's
+// dist.destroy_process_group(), so Gloo's worker threads used to live on into the interpreter's finalization.
+// A worker that then dropped the last reference to a tensor that Python had seen needed the GIL to release
+// its PyObject; a thread that asks for the GIL during finalization is ended by pthread_exit, whose unwinding
+// met a noexcept frame: "terminate called without an active exception", an abort after a run that had
+// finished (seen in 1 of about 4 runs of tests/python). So (1) these objects are deleted with the GIL
+// released (ReleaseGilDelete, as LibTorch deletes its own process groups), since the last reference to a
+// group joins its worker threads, which may be waiting for the GIL; and (2) hetseq's Python objects drop
+// them and their process group at exit (atexit, python/hetseq/_holders.py), before finalization, so that a
+// group destroyed by the script is joined while its threads can still take the GIL (5 of 5 runs passed).
+template <typename T>
+struct ReleaseGilDelete {
+  void operator()(T* p) const {
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release release;
+      delete p;
+    } else {
+      delete p;
+    }
+  }
+};
+template <typename T>
+using ReleaseGilPtr = std::unique_ptr<T, ReleaseGilDelete<T>>;
 
 /// hetseq._C.Checkpoint, save_checkpoint, load_checkpoint and the model helpers (checkpoint_binding.cpp).
 void bind_checkpoint(pybind11::module_& m);

@@ -49,12 +49,14 @@ void bind_shard(py::module_& m) {
   m.def("free_memory_bytes", &free_memory_bytes,
         "The memory free on `device` in bytes (the CPU's: MemAvailable and the cgroup's room): the default budget",
         py::arg("device"), py::call_guard<py::gil_scoped_release>());
-  py::class_<ShardGather>(m, "ShardGather", "Gathers every rank's updated shard of the parameters to every rank")
+  // Deleted with the GIL released: Note [Process groups at exit] (bindings.h).
+  py::class_<ShardGather, ReleaseGilPtr<ShardGather>>(m, "ShardGather",
+                                                      "Gathers every rank's updated shard of the parameters to every rank")
       .def(py::init([](c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<ShardRange> plan,
                        std::vector<torch::Tensor> params, bool allgather) {
-             return std::make_unique<ShardGather>(std::move(group), std::move(plan), std::move(params),
-                                                  allgather ? GatherMethod::kAllgatherPadded
-                                                            : GatherMethod::kBroadcastPerRank);
+             return ReleaseGilPtr<ShardGather>(new ShardGather(std::move(group), std::move(plan), std::move(params),
+                                                               allgather ? GatherMethod::kAllgatherPadded
+                                                                         : GatherMethod::kBroadcastPerRank));
            }),
            py::arg("group"), py::arg("plan"), py::arg("params"), py::arg("allgather") = false)
       .def("gather", &ShardGather::gather, "A collective: writes every other rank's shard into this rank's tensors",

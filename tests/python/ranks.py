@@ -12,15 +12,17 @@ def torchrun(nproc, *args, timeout=420, env=None):
     its ranks run in a session of their own, killed as a whole when `timeout` passes: a rank that outlived a
     killed torchrun would wait for its store forever."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *map(str, args)]
-    p = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})), stdout=subprocess.PIPE,
+    # PYTHONFAULTHANDLER: a rank that dies of a signal (an abort in C++) prints every thread's Python stack.
+    p = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", **(env or {})),
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         stdout, stderr = p.communicate()
-        raise AssertionError(f"torchrun ran past {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}")
-    assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-4000:]}"
+        raise AssertionError(f"torchrun ran past {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr[-12000:]}")
+    assert p.returncode == 0, f"torchrun exited {p.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr[-12000:]}"
     return stderr
 
 
