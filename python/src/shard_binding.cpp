@@ -50,8 +50,8 @@ void bind_shard(py::module_& m) {
         "The memory free on `device` in bytes (the CPU's: MemAvailable and the cgroup's room): the default budget",
         py::arg("device"), py::call_guard<py::gil_scoped_release>());
   // Deleted with the GIL released: Note [Process groups at exit] (bindings.h).
-  py::class_<ShardGather, ReleaseGilPtr<ShardGather>>(m, "ShardGather",
-                                                      "Gathers every rank's updated shard of the parameters to every rank")
+  py::class_<ShardGather, ReleaseGilPtr<ShardGather>>(
+      m, "ShardGather", "Gathers every rank's updated shard of the parameters to every rank")
       .def(py::init([](c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<ShardRange> plan,
                        std::vector<torch::Tensor> params, bool allgather) {
              return ReleaseGilPtr<ShardGather>(new ShardGather(std::move(group), std::move(plan), std::move(params),
