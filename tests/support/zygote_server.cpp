@@ -43,8 +43,8 @@ namespace {
 //    tree with it, as ctest's kill would have, since the zygote watches the client's socket.
 //  - A child is one test process as ctest would start it, so the rule that only a process's first test case
 //    forks programs (Note [Forked test programs]) holds in it as before.
-//  - Where there is no zygote (a test run alone, HETSEQ_TEST_START=exec, a socket path too long, a binary
-//    rebuilt since the zygote started: it refuses and exits), the client execs the binary itself.
+//  - Where there is no zygote (a test run alone, HETSEQ_TEST_START=exec, a binary rebuilt since the zygote
+//    started: it refuses and exits), the client execs the binary itself.
 
 bool g_started_by_zygote = false;
 

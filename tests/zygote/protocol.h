@@ -10,6 +10,7 @@
 // std::int64_t: the child's pid (or kRefused: the client then runs the program itself), then its wait status.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace hetseq::test::zygote {
@@ -22,14 +23,15 @@ inline constexpr int kRequestTimeoutS = 10;
 /// A zygote with no child and no request for this long exits (one left by a run that was killed).
 inline constexpr int kIdleExitS = 900;
 
-/// The zygote's socket for the test binary at `program` (an absolute path): a file beside it. Empty where that
-/// path is too long for a Unix socket's address; then there is no zygote and tests start anew.
+/// The zygote's socket for the test binary at `program` (an absolute path): a file beside it, or, where that path
+/// is too long for a Unix socket's address (about 100 bytes), one in /tmp named by a hash of the program's path.
 inline std::string socket_path(const std::string& program) {
   const auto slash = program.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : program.substr(0, slash);
   const std::string base = slash == std::string::npos ? program : program.substr(slash + 1);
   std::string path = dir + "/." + base + ".zygote";
-  return path.size() < 100 ? path : std::string();
+  if (path.size() < 100) return path;
+  return "/tmp/.hetseq-tests-" + std::to_string(std::hash<std::string>{}(program)) + ".zygote";
 }
 
 }  // namespace hetseq::test::zygote
