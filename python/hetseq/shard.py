@@ -192,8 +192,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """A collective: the state in the unsharded form, on every rank, as `optimizer_class` over all the parameters
         would give it (Note [Sharded torch.optim optimizers]): every rank's shard of each per-element state tensor
         gathered into a tensor shaped like its parameter."""
+        inner_state = self.optimizer.state_dict()["state"]  # [view][key]
         mine = {}  # [param][key] this rank's non-element state, None for element state
-        for k, state in self.optimizer.state_dict()["state"].items():
+        for k, state in inner_state.items():
             entries = mine.setdefault(self._slices[k].param, {})
             for key, value in state.items():
                 entries[key] = value if key in _SCALAR_STATE or value is None else None
@@ -206,7 +207,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
                     state.setdefault(i, {})[key] = value
         element_keys = sorted({key for entries in state.values() for key, v in entries.items() if v is None
                                and key not in _SCALAR_STATE})
-        inner_state = self.optimizer.state_dict()["state"]
         for key in element_keys:
             full = [torch.zeros_like(p) for p in self._params]  # [param]
             for k, s in enumerate(self._slices):

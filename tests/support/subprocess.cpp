@@ -287,12 +287,17 @@ ProcessResult Process::wait_leaving_group(std::chrono::seconds deadline) {
 
 void Process::kill() { ::kill(-pid_, SIGKILL); }
 
-bool process_alive(int pid) {
+std::optional<std::string> proc_stat_fields(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(stat, line)) return false;
-  const size_t paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+  if (!std::getline(stat, line)) return std::nullopt;
+  const size_t paren = line.rfind(')');  // the command's name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= line.size() ? std::string() : line.substr(paren + 2);
+}
+
+bool process_alive(int pid) {
+  const auto fields = proc_stat_fields(pid);
+  return fields && (fields->empty() || (*fields)[0] != 'Z');
 }
 
 void note_test_case_started() { ++g_test_cases_started; }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,5 +86,9 @@ std::string binary_path(const std::string& name);
 
 /// Whether process `pid` exists and is not a zombie (in a container, PID 1 may never reap orphans).
 bool process_alive(int pid);
+
+/// The fields of /proc/PID/stat after the command's name, its state first ("S 1234 ..."; empty where the line
+/// cannot be read so); std::nullopt where the process is gone.
+std::optional<std::string> proc_stat_fields(int pid);
 
 }  // namespace hetseq::test

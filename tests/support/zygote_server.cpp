@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "support/subprocess.h"
 #include "zygote/protocol.h"
 
 extern char** environ;
@@ -53,28 +54,7 @@ struct Client {
   pid_t child = -1;
 };
 
-bool read_fully(int fd, char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::read(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-void send_int(int fd, std::int64_t value) {
-  const char* data = reinterpret_cast<const char*>(&value);
-  size_t left = sizeof(value);
-  while (left > 0) {
-    const ssize_t n = ::send(fd, data, left, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-}
+void send_int(int fd, std::int64_t value) { zygote::write_exactly(fd, &value, sizeof(value)); }
 
 struct Request {
   std::string kind, program, cwd;
@@ -86,7 +66,7 @@ void close_fds(const std::vector<int>& fds) {
   for (int fd : fds) ::close(fd);
 }
 
-// Reads one request from a client just accepted; false (and nothing left open) where it is malformed.
+// Reads one request from a client just accepted; false where it is malformed (the caller closes r.fds).
 bool read_request(int fd, Request& r) {
   const timeval timeout{zygote::kRequestTimeoutS, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
@@ -111,28 +91,30 @@ bool read_request(int fd, Request& r) {
   if (n != static_cast<ssize_t>(sizeof(length))) {
     if (n > 0) {
       // The rest of a short read of the length.
-      if (!read_fully(fd, reinterpret_cast<char*>(&length) + n, sizeof(length) - static_cast<size_t>(n))) n = -1;
+      if (!zygote::read_exactly(fd, reinterpret_cast<char*>(&length) + n, sizeof(length) - static_cast<size_t>(n))) {
+        n = -1;
+      }
     }
-    if (n <= 0) return close_fds(r.fds), false;
+    if (n <= 0) return false;
   }
-  if (length == 0 || length > zygote::kMaxRequestBytes) return close_fds(r.fds), false;
+  if (length == 0 || length > zygote::kMaxRequestBytes) return false;
   std::string text(length, '\0');
-  if (!read_fully(fd, text.data(), text.size())) return close_fds(r.fds), false;
+  if (!zygote::read_exactly(fd, text.data(), text.size())) return false;
   std::vector<std::string> fields;
   for (size_t at = 0; at < text.size();) {
     const size_t end = text.find('\0', at);
-    if (end == std::string::npos) return close_fds(r.fds), false;
+    if (end == std::string::npos) return false;
     fields.push_back(text.substr(at, end - at));
     at = end + 1;
   }
-  if (fields.empty()) return close_fds(r.fds), false;
+  if (fields.empty()) return false;
   r.kind = fields[0];
   if (r.kind == "stop") return true;
-  if (r.kind != "run" || fields.size() < 4 || r.fds.size() != 3) return close_fds(r.fds), false;
+  if (r.kind != "run" || fields.size() < 4 || r.fds.size() != 3) return false;
   r.program = fields[1];
   r.cwd = fields[2];
   const size_t argc = std::strtoul(fields[3].c_str(), nullptr, 10);
-  if (argc == 0 || fields.size() < 4 + argc) return close_fds(r.fds), false;
+  if (argc == 0 || fields.size() < 4 + argc) return false;
   r.argv.assign(fields.begin() + 4, fields.begin() + 4 + static_cast<std::ptrdiff_t>(argc));
   r.env.assign(fields.begin() + 4 + static_cast<std::ptrdiff_t>(argc), fields.end());
   return true;
@@ -173,17 +155,9 @@ std::vector<pid_t> process_tree(pid_t root) {
   if (DIR* d = ::opendir("/proc")) {
     while (const dirent* e = ::readdir(d)) {
       const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0) continue;
-      char path[64];
-      std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-      FILE* f = std::fopen(path, "r");
-      if (f == nullptr) continue;
-      char line[1024];
-      const bool got = std::fgets(line, sizeof(line), f) != nullptr;
-      std::fclose(f);
-      const char* close = got ? std::strrchr(line, ')') : nullptr;  // the name may hold spaces and ')'
+      const auto fields = pid > 0 ? proc_stat_fields(pid) : std::nullopt;
       int ppid = 0;
-      if (close != nullptr && std::sscanf(close + 1, " %*c %d", &ppid) == 1) parent_of.emplace_back(pid, ppid);
+      if (fields && std::sscanf(fields->c_str(), "%*c %d", &ppid) == 1) parent_of.emplace_back(pid, ppid);
     }
     ::closedir(d);
   }
@@ -270,6 +244,7 @@ std::optional<std::vector<std::string>> serve_as_zygote(const std::string& socke
     last_activity = std::chrono::steady_clock::now();
     Request r;
     if (!read_request(fd, r)) {
+      close_fds(r.fds);
       ::close(fd);
       continue;
     }

@@ -60,17 +60,6 @@ int connect_to(const std::string& path) {
   return fd;
 }
 
-bool write_fully(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Sends a request: the length with the descriptors 0-2 (a run), then the text (protocol.h).
 bool send_request(int fd, const std::string& text, bool with_fds) {
   std::uint64_t length = text.size();
@@ -92,21 +81,7 @@ bool send_request(int fd, const std::string& text, bool with_fds) {
   ssize_t n;
   do n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(sizeof(length)) && write_fully(fd, text.data(), text.size());
-}
-
-// Reads one std::int64_t; false at EOF.
-bool read_int(int fd, std::int64_t& value) {
-  char* data = reinterpret_cast<char*>(&value);
-  size_t left = sizeof(value);
-  while (left > 0) {
-    const ssize_t n = ::read(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  return true;
+  return n == static_cast<ssize_t>(sizeof(length)) && zygote::write_exactly(fd, text.data(), text.size());
 }
 
 void field(std::string& text, const std::string& value) {
@@ -186,7 +161,7 @@ int run(char** argv) {
   for (int i = 1; i < argc; ++i) field(text, argv[i]);
   for (char** e = environ; *e != nullptr; ++e) field(text, *e);
   std::int64_t pid = 0;
-  if (!send_request(fd, text, true) || !read_int(fd, pid) || pid == zygote::kRefused) {
+  if (!send_request(fd, text, true) || !zygote::read_exactly(fd, &pid, sizeof(pid)) || pid == zygote::kRefused) {
     ::close(fd);
     exec_program(argv);
   }
@@ -195,7 +170,7 @@ int run(char** argv) {
   forward.sa_handler = forward_signal;
   for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::sigaction(s, &forward, nullptr);
   std::int64_t status = 0;
-  if (!read_int(fd, status)) {
+  if (!zygote::read_exactly(fd, &status, sizeof(status))) {
     std::fprintf(stderr, "hetseq-test-run: the zygote went away while it ran %s as pid %lld\n", argv[0],
                  static_cast<long long>(pid));
     return 125;

@@ -9,6 +9,11 @@
 // first), then the environment's "KEY=VALUE" strings to the end. The zygote answers a run with two
 // std::int64_t: the child's pid (or kRefused: the client then runs the program itself), then its wait status.
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +37,32 @@ inline std::string socket_path(const std::string& program) {
   std::string path = dir + "/." + base + ".zygote";
   if (path.size() < 100) return path;
   return "/tmp/.hetseq-tests-" + std::to_string(std::hash<std::string>{}(program)) + ".zygote";
+}
+
+/// Reads exactly `size` bytes (retrying after signals); false at EOF or an error.
+inline bool read_exactly(int fd, void* data, std::size_t size) {
+  char* at = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::read(fd, at, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+/// Sends exactly `size` bytes (retrying after signals; no SIGPIPE when the other side is gone); false on an error.
+inline bool write_exactly(int fd, const void* data, std::size_t size) {
+  const char* at = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::send(fd, at, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    at += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace hetseq::test::zygote
