@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import _world_defaults  # noqa: F401  (before any group exists: Note [Process groups at exit])
 from . import _holders
 from . import checkpoint  # noqa: F401  (hetseq.checkpoint.save, load)
 from . import data  # noqa: F401  (hetseq.data.Plan)

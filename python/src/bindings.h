@@ -19,6 +19,12 @@ namespace hetseq::python {
 // group joins its worker threads, which may be waiting for the GIL; and (2) hetseq's Python objects drop
 // them and their process group at exit (atexit, python/hetseq/_holders.py), before finalization, so that a
 // group destroyed by the script is joined while its threads can still take the GIL (5 of 5 runs passed).
+// (3) LibTorch itself kept the default group past destroy_process_group() once an optimizer had been built:
+// torch.optim imports torch.distributed.nn.functional (through torch._dynamo), whose functions' default
+// argument `group=group.WORLD` is evaluated at that import and then holds the group. The abort came back
+// in CI (1 run of tests/python), on rank 0, whose last collective was the checkpoint's all_reduce of a
+// Python tensor. `import hetseq` imports that module first, while no group exists, so that its defaults
+// are None (python/hetseq/_world_defaults.py); tests/python/test_ddp.py checks that no Gloo thread is left.
 template <typename T>
 struct ReleaseGilDelete {
   void operator()(T* p) const {

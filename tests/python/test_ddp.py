@@ -65,3 +65,30 @@ def test_the_extension_refuses_another_torch():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "hetseq was built against torch" in p.stderr and "rebuild it against this torch" in p.stderr
+
+
+EXIT_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+import hetseq
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+model = torch.nn.Linear(4, 2)
+ddp = hetseq.DistributedDataParallel(model, shared_memory="off")
+torch.optim.Adam(model.parameters(), lr=0.01)  # torch.optim's first optimizer imports torch._dynamo
+failed = torch.tensor([0])
+dist.all_reduce(failed)
+del ddp, failed
+dist.destroy_process_group()
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print("gloo threads left:", names.count("pt_gloo_runloop"))
+"""
+
+
+def test_destroy_process_group_joins_the_gloo_threads_after_an_optimizer_is_built(tmp_path):
+    """A Gloo worker thread left running into the interpreter's finalization aborts the process when it
+    releases a tensor Python has seen (seen in CI: "terminate called without an active exception" after a run
+    that had finished). torch.optim imports a module whose default arguments hold the default group when it
+    is imported after init_process_group; `import hetseq` imports it first (Note [Process groups at exit])."""
+    p = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(tmp_path / "rendezvous")], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr
+    assert "gloo threads left: 0" in p.stdout, p.stdout + p.stderr
