@@ -19,11 +19,13 @@ void declare_distributed_flags(FlagSet& flags, const DistributedOptions& d) {
                    "workers", d.no_spawn);
   declare_ddp_flags(flags, d.ddp);
   flags.add_switch("fast-stat-sync", "reduce logged statistics in one small allreduce", d.fast_stat_sync)
-      .add("zero-sharding", "none, or os: each rank keeps the optimizer state of a contiguous shard of the "
-           "parameters, sized by --memory-budget, and the updated shards are gathered (the same training as none)",
+      .add("zero-sharding", "none; os: each rank keeps the optimizer state of a contiguous shard of the "
+           "parameters, sized by --memory-budget, and the updated shards are gathered (the same training as none); "
+           "os+grad: each rank keeps its shard of the summed gradients too (the same training as none, within "
+           "rounding)",
            to_string(d.zero_sharding));
   const std::string budget_help =
-      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os shards are proportional to "
+      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os and os+grad shards are proportional to "
       "the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable and the cgroup "
       "limit). A rank whose parameters, gradients, optimizer state (shard) and measured activations do not fit "
       "stops before training, naming the bytes";
@@ -55,6 +57,7 @@ DistributedOptions read_distributed_options(const FlagValues& values) {
   }
   g.ddp = read_ddp_options(values);
   g.log_all_ranks = values.flag("log-all-ranks");
+  g.validate();
   return g;
 }
 

@@ -22,4 +22,18 @@ void OptimizationOptions::validate() const {
   }
 }
 
+// --zero-sharding os+grad reduces plain sums of buckets to their owners (Note [Sharded gradients]): the comm
+// hooks, the shared-memory path and unused parameters belong to the allreduce reducer.
+void DistributedOptions::validate() const {
+  if (zero_sharding != ZeroSharding::kGradients) return;
+  auto refuse = [](const std::string& what) {
+    throw UsageError(fmt::format("--zero-sharding os+grad: {}; each bucket is summed to the rank that owns it", what));
+  };
+  if (ddp.comm_hook != CommHook::kNone) {
+    refuse(fmt::format("--ddp-comm-hook {} is not supported with it, use --ddp-comm-hook none", to_string(ddp.comm_hook)));
+  }
+  if (ddp.find_unused_parameters) refuse("--find-unused-parameters is not supported with it");
+  if (ddp.shared_memory == SharedMemoryReduceMode::kOn) refuse("--shared-memory-reduce on is not supported with it");
+}
+
 }  // namespace hetseq

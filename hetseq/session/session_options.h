@@ -87,6 +87,11 @@ struct DistributedOptions {
   ZeroSharding zero_sharding = ZeroSharding::kNone;  // --zero-sharding (compared across ranks)
   /// --memory-budget in bytes (per rank; unset: the free memory, see free_memory_bytes).
   std::optional<int64_t> memory_budget_bytes;
+
+  /// Throws hetseq::UsageError naming the flags of a combination the sharding cannot honour (--zero-sharding
+  /// os+grad with a comm hook, --find-unused-parameters or --shared-memory-reduce on); `ddp` checks its own
+  /// values (DdpOptions::validate). Called once, where the options come in.
+  void validate() const;
 };
 
 /// The Balancing flags. See Note [Balancing].

@@ -151,6 +151,7 @@ TrainResult run_session(const TrainOptions& options, const std::function<TrainRe
   // The checks that hetseq-train's flag readers run, once, for options that come without a command line.
   options.optimization.validate();
   options.distributed.ddp.validate();
+  options.distributed.validate();
   TrainOptions o = options;
   complete_optimization(o.optimization);
   World world(o.distributed.world);

@@ -234,7 +234,23 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.shared_memory_timeout = o_.distributed.world.timeout;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
+  if (o_.distributed.zero_sharding == ZeroSharding::kGradients) {
+    check_gradient_sharding();
+    return;  // the sharding strategy builds its own reducer (Note [Sharded gradients])
+  }
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
+}
+
+// --zero-sharding os+grad hooks every parameter's gradient accumulator (Note [Sharded gradients]); the flags
+// it cannot honour were refused where they came in (DistributedOptions::validate).
+void TrainSession::check_gradient_sharding() const {
+  for (const auto& p : model_->parameters()) {
+    if (!p.requires_grad()) {
+      throw UsageError(fmt::format("--zero-sharding os+grad: task {}'s model has a parameter that takes no gradient; "
+                                   "every parameter must take one under os+grad (use os)",
+                                   o_.common.task));
+    }
+  }
 }
 
 void TrainSession::build_controller() {
@@ -245,6 +261,8 @@ void TrainSession::build_controller() {
   sharding.mode = o_.distributed.zero_sharding;
   sharding.budget_bytes = memory_[static_cast<size_t>(world_.rank())].budget_bytes;
   sharding.json = o_.common.log_format == LogFormat::kJson;
+  sharding.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
+  sharding.buffers = o_.distributed.ddp.broadcast_buffers ? model_->buffers() : std::vector<torch::Tensor>{};
   std::unique_ptr<ShardingStrategy> strategy =
       make_sharding_strategy(model_->parameters(), o_.optimization.make_optimizer, reducer_,
                              world_.distributed() ? world_.group() : nullptr, sharding);

@@ -56,6 +56,8 @@ class TrainSession {
   void load_data();
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
+  /// Throws hetseq::UsageError where the model cannot go under --zero-sharding os+grad.
+  void check_gradient_sharding() const;
   void resume(const std::map<std::string, std::string>& compared);
   int64_t probe_cap(int64_t batch_size);
   RankMemoryBudget measure_memory(int64_t batch_size);

@@ -54,7 +54,7 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
 RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
   const DistributedOptions& d = o_.distributed;
   RankMemoryBudget m;
-  if (!d.memory_budget_bytes && !(d.zero_sharding == ZeroSharding::kOptimizerState && world_.distributed())) return m;
+  if (!d.memory_budget_bytes && !(shards_state(d.zero_sharding) && world_.distributed())) return m;
   m.from_free_memory = !d.memory_budget_bytes;
   m.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world_.device());
   m.micro_batch = o_.balance.caps.empty() || o_.balance.caps[0] <= 0 ? batch_size
@@ -94,6 +94,7 @@ void TrainSession::check_memory() {
   m.optimizer = optimizer->name();
   m.alignment = ShardedOptimizerOptions{}.alignment;
   m.gather = ShardedOptimizerOptions{}.gather;
+  m.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
   m.ranks = memory_;
   const std::vector<MemoryNeed> needs = memory_needs(m);
   if (world_.rank() == 0) {

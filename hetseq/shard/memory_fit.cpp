@@ -13,7 +13,9 @@ namespace hetseq {
 // memory that is its default) is checked against what it will hold at the peak of an update:
 //
 //   parameters       T x e    the whole model, on every rank (only the optimizer state is sharded)
-//   gradients        T x e    the whole model's gradients: the reducer's buckets, which .grad views
+//   gradients        T x e    the whole model's gradients: the reducer's buckets, which .grad views;
+//                             under os+grad n x e for its shard and at most 3 buckets (--bucket-cap-mb)
+//                             being filled or in flight (Note [Sharded gradients])
 //   optimizer state  n x k x e  k parameter-sized buffers (Optimizer::state_buffers: Adam 2, Adadelta 2,
 //                             SGD 1 with momentum, 0 without) for the n elements of the rank's shard (n = T
 //                             without sharding); there are no fp32 master weights, since the parameters stay
@@ -46,7 +48,8 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
                 options.num_params);
   const int64_t e = options.element_bytes;
   const int64_t whole = options.num_params * e;
-  const bool sharded = options.sharding == ZeroSharding::kOptimizerState && world > 1;
+  const bool sharded = shards_state(options.sharding) && world > 1;
+  const bool sharded_grads = options.sharding == ZeroSharding::kGradients && world > 1;
   std::vector<ShardRange> plan;  // [rank]
   if (sharded) {
     std::vector<int64_t> budgets;
@@ -64,8 +67,9 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
     const RankMemoryBudget& b = options.ranks[static_cast<size_t>(r)];
     MemoryNeed n;
     n.parameters = b.from_free_memory ? 0 : whole;
-    n.gradients = whole;
     const int64_t shard = sharded ? plan[static_cast<size_t>(r)].numel : options.num_params;
+    // os+grad: its shard, the buckets being filled and two in flight (Note [Sharded gradients]).
+    n.gradients = sharded_grads ? shard * e + std::min(whole, 3 * options.bucket_bytes) : whole;
     n.optimizer_state = shard * options.state_buffers * e;
     n.gather_buffers = gather * e;
     n.activations = b.activation_bytes;
@@ -85,15 +89,17 @@ void check_memory_fits(const MemoryFitOptions& options) {
   const size_t r = short_ranks.front();
   const MemoryNeed& n = needs[r];
   const RankMemoryBudget& b = options.ranks[r];
-  const bool sharded = options.sharding == ZeroSharding::kOptimizerState && needs.size() > 1;
+  const bool sharded = shards_state(options.sharding) && needs.size() > 1;
   const std::string source =
       b.from_free_memory ? "the free memory, read after the model was built"
                          : fmt::format("its --memory-budget of {:.6g} GB", static_cast<double>(b.budget_bytes) / (1 << 30));
   const std::string others =
       short_ranks.size() > 1 ? fmt::format(" ({} other rank(s) do not fit either)", short_ranks.size() - 1) : "";
   const std::string remedy =
-      sharded ? "give it a larger --memory-budget (its shard of the optimizer state grows with it, the rest does "
-                "not) or a smaller --max-sentences"
+      sharded ? fmt::format("give it a larger --memory-budget (its shard of the {} grows with it, the rest does "
+                            "not) or a smaller --max-sentences",
+                            options.sharding == ZeroSharding::kGradients ? "gradients and the optimizer state"
+                                                                         : "optimizer state")
               : "give it a larger --memory-budget or a smaller --max-sentences, or shard the optimizer state with "
                 "--zero-sharding os";
   throw InputError(fmt::format(

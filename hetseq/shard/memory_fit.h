@@ -26,13 +26,14 @@ struct MemoryFitOptions {
   std::string optimizer;        // its name, for the message
   int64_t alignment = 16;       // of the shard plan (ShardedOptimizerOptions::alignment)
   GatherMethod gather = GatherMethod::kBroadcastPerRank;
+  int64_t bucket_bytes = 25 << 20;  // --bucket-cap-mb in bytes (os+grad's buckets in flight)
   std::vector<RankMemoryBudget> ranks;  // [rank]
 };
 
 /// The bytes one rank needs to train, by what holds them. See Note [Memory that a rank needs].
 struct MemoryNeed {
   int64_t parameters = 0;       // the whole model (0 when the budget is the free memory read after it was built)
-  int64_t gradients = 0;        // the whole model's gradients (the reducer's buckets)
+  int64_t gradients = 0;        // the whole model's gradients (the reducer's buckets), or os+grad's shard
   int64_t optimizer_state = 0;  // the optimizer's buffers for the rank's shard (the whole model without sharding)
   int64_t gather_buffers = 0;   // --zero-sharding os: where the ranks' updated shards are received
   int64_t activations = 0;      // measured

@@ -130,6 +130,10 @@ void ShardedOptimizer::step_shard() {
   torch::NoGradGuard no_grad;
   shard_->set_lr(lr());
   for (size_t k = 0; k < views_.size(); ++k) {
+    if (!shard_grads_.empty()) {
+      views_[k].mutable_grad() = shard_grads_[k];
+      continue;
+    }
     const ShardSlice& s = slices_[k];
     const torch::Tensor& g = params()[s.param].grad();
     if (g.defined()) {
@@ -140,6 +144,11 @@ void ShardedOptimizer::step_shard() {
   }
   shard_->step();
   for (auto& v : views_) v.mutable_grad().reset();
+}
+
+void ShardedOptimizer::use_gradients(std::vector<torch::Tensor> grads) {
+  HETSEQ_ASSERT(grads.size() == views_.size(), "{} shard gradients for {} views", grads.size(), views_.size());
+  shard_grads_ = std::move(grads);
 }
 
 void ShardedOptimizer::gather() {
@@ -160,11 +169,14 @@ int64_t ShardedOptimizer::state_bytes() const {
 void ShardedOptimizer::report_plan() {
   reported_ = true;
   const ShardRange mine = shard();
-  int64_t param_bytes = 0, grad_bytes = 0;  // what this rank holds: every parameter and gradient under os
+  // What this rank holds: every parameter, and every gradient under os; under os+grad its shard's, and any
+  // parameter's gradient left (none: the reducer freed them).
+  int64_t param_bytes = 0, grad_bytes = 0;
   for (const auto& p : params()) {
     param_bytes += static_cast<int64_t>(p.nbytes());
     if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
   }
+  for (const auto& g : shard_grads_) grad_bytes += static_cast<int64_t>(g.nbytes());
   const ShardReport figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
                             budget_bytes_, param_bytes, grad_bytes};
   const std::vector<ShardReport> reports = exchange_shard_reports(group_, figures, params()[0].device());

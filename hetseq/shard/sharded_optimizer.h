@@ -76,6 +76,12 @@ class ShardedOptimizer final : public optim::Optimizer {
   /// This rank's shard of the buffers, per parameter (aliasing the live buffers): what its shard file keeps.
   optim::StatePiece state_piece() const;
 
+  /// Under os+grad: the gradients of the views ([view], each a view's size), which step_shard() reads
+  /// instead of the parameters' (freed by then) and the plan's report counts.
+  void use_gradients(std::vector<torch::Tensor> grads);
+  /// Where each view lies in the parameters ([view]).
+  const std::vector<ShardSlice>& slices() const { return slices_; }
+
   /// This rank's shard of the flat parameter space.
   ShardRange shard() const { return gather_->plan()[static_cast<size_t>(gather_->rank())]; }
   /// Every rank's shard. [rank]
@@ -100,6 +106,7 @@ class ShardedOptimizer final : public optim::Optimizer {
   int64_t budget_bytes_;
   Report report_;
   bool reported_ = false;
+  std::vector<torch::Tensor> shard_grads_;  // [view] use_gradients(); empty: the parameters' gradients
 };
 
 }  // namespace hetseq

@@ -1,6 +1,8 @@
 #include "hetseq/shard/sharding_factory.h"
 
+#include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/shard/gradient_sharding.h"
 #include "hetseq/shard/no_sharding.h"
 #include "hetseq/shard/optimizer_state_sharding.h"
 
@@ -15,6 +17,7 @@ std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tens
     if (options.mode != ZeroSharding::kNone) {
       log::info("[zero] one rank: --zero-sharding {} has nothing to shard", to_string(options.mode));
     }
+    HETSEQ_ASSERT(reducer, "make_sharding_strategy for one rank without a reducer");
     return std::make_unique<NoSharding>(make(std::move(params)), std::move(reducer));
   }
   ShardedOptimizerOptions sharded;
@@ -25,6 +28,13 @@ std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tens
   auto report = [json, rank](const std::vector<ShardReport>& ranks) {
     if (rank == 0) print_shard_reports(ranks, json);
   };
+  if (options.mode == ZeroSharding::kGradients) {
+    auto optimizer = ShardedOptimizer::create(params, make, group, sharded, report);
+    auto shard_reducer = std::make_shared<ShardReducer>(std::move(params), options.buffers, optimizer->plan(), group,
+                                                        options.bucket_bytes);
+    return std::make_unique<GradientSharding>(std::move(optimizer), std::move(shard_reducer), std::move(group));
+  }
+  HETSEQ_ASSERT(reducer, "make_sharding_strategy for --zero-sharding os without a reducer");
   return std::make_unique<OptimizerStateSharding>(
       ShardedOptimizer::create(std::move(params), make, std::move(group), sharded, report), std::move(reducer));
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -17,7 +18,7 @@
 namespace hetseq {
 
 /// How the parameters, gradients and optimizer state are spread over the ranks, as the update sees it
-/// (one per --zero-sharding choice: NoSharding, OptimizerStateSharding; make_sharding_strategy in
+/// (one per --zero-sharding choice: NoSharding, OptimizerStateSharding, GradientSharding; make_sharding_strategy in
 /// sharding_factory.h picks one). The Controller owns one and,
 /// in each update, after the backward passes that the reducer's hooks watch, calls reduce(), then
 /// (after dividing and clipping the reduced gradients) step() and gather(), every rank at the same
@@ -44,6 +45,15 @@ class ShardingStrategy {
   /// 3. Every rank's updated parameters to every rank: a collective under `os` (ShardGather), nothing
   /// under `none`.
   virtual void gather() = 0;
+
+  /// The reduced gradients this rank holds after reduce(), in parameter order: every parameter's that has
+  /// one (`none`, `os`), or views of its shard of the flat gradient space (`os+grad`). The Controller
+  /// divides, measures and clips these.
+  virtual std::vector<torch::Tensor> gradients();
+  /// The global norm from `local`, the norm of gradients() (float64, a scalar): `local` itself where every
+  /// rank holds every gradient; a collective under `os+grad` (the square root of the sum of the ranks'
+  /// squares), which every rank calls at the same point.
+  virtual torch::Tensor global_norm(const torch::Tensor& local) { return local; }
 
   /// This rank's part of the optimizer's buffers for its shard file in a checkpoint (aliasing the live
   /// buffers), or nullopt where the checkpoint keeps the whole state (optimizer().state()). See Note

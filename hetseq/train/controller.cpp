@@ -375,9 +375,7 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
   };
   std::map<std::tuple<int, int, int>, Group> groups;  // by (device type, device index, dtype)
   size_t count = 0;
-  for (const auto& p : sharding_->optimizer().params()) {
-    const torch::Tensor& g = p.grad();
-    if (!g.defined()) continue;  // unused on every rank (--find-unused-parameters)
+  for (const torch::Tensor& g : sharding_->gradients()) {  // every gradient, or this rank's shard (os+grad)
     Group& group = groups[{static_cast<int>(g.device().type()), static_cast<int>(g.device().index()),
                            static_cast<int>(g.scalar_type())}];
     group.grads.push_back(g);
@@ -391,7 +389,9 @@ void Controller::normalise_and_clip(double sample_size, UpdateResult& result) {
     const std::vector<torch::Tensor> group_norms = at::_foreach_norm(group.grads, 2, torch::kFloat64);
     for (size_t k = 0; k < group_norms.size(); ++k) norms[group.positions[k]] = group_norms[k];
   }
-  const torch::Tensor norm = count == 0 ? torch::zeros({}, torch::kFloat64) : torch::stack(norms).norm();
+  // Under os+grad, from every rank's partial norm (Note [Sharded gradients]).
+  const torch::Tensor norm =
+      sharding_->global_norm(count == 0 ? torch::zeros({}, torch::kFloat64) : torch::stack(norms).norm());
   if (reads_late()) {
     // See Note [Reading an update late]: the same clip as below, decided on the device.
     if (options_.clip_norm > 0) {

@@ -30,8 +30,8 @@ const std::string& zero_sharding_data() { return fashion_mnist_prefix(2500, 100)
 // `dir`/ck when there is one; the optimizer state is saved unless `save_state` is false.
 std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding,
                                  const std::vector<std::string>& budgets = {"1", "1", "2"}, int updates = 30,
-                                 bool save_state = false, const std::vector<std::string>& more = {}) {
-  const std::vector<int> batches{7, 13, 29};
+                                 bool save_state = false, const std::vector<std::string>& more = {},
+                                 const std::vector<int>& batches = {7, 13, 29}) {
   std::vector<std::vector<std::string>> commands;
   for (size_t r = 0; r < batches.size(); ++r) {
     auto args = with(mnist_train_args(zero_sharding_data(), dir + "/ck"),
@@ -40,7 +40,7 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
                       "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
                       "--distributed-init-method", "file://" + dir + "/rendezvous" + std::to_string(updates),
                       "--zero-sharding", sharding});
-    if (sharding == "os") args = with(args, {"--memory-budget", budgets[r]});
+    if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
     if (!save_state) args = with(args, {"--no-save-optimizer-state"});
     args = with(args, more);
     commands.push_back(args);
@@ -93,15 +93,81 @@ TEST_CASE("Sharding os with budgets 1:1:2 trains the parameters of --zero-shardi
   CHECK(json_lines(none[0].out, "shard").empty());
 }
 
+namespace {
+
+// The largest |a - b| over a parameter, relative to the largest |b|.
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("Sharding os+grad with budgets 1:1:2 and batches 16/24/40 gives the losses and weights of none within 1e-6, "
+          "each rank holding its shard of the gradients",
+          "[distributed][multiprocess][zero_shard]") {
+  const std::vector<int> batches{16, 24, 40};
+  TempDir none_dir, grad_dir;
+  const auto none = train(none_dir.path(), "none", {}, 30, false, {}, batches);
+  require_all(none, "none");
+  const auto grad = train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 30, false, {}, batches);
+  require_all(grad, "os+grad");
+
+  // Every update's loss and gradient norm (clip 0.5 clips them all here), from the partial norms.
+  const auto expected_lines = json_lines(none[0].out, "train");
+  const auto got_lines = json_lines(grad[0].out, "train");
+  REQUIRE(expected_lines.size() == 30);
+  REQUIRE(got_lines.size() == 30);
+  for (size_t u = 0; u < 30; ++u) {
+    INFO("update " << u + 1 << ": none " << expected_lines[u].dump() << ", os+grad " << got_lines[u].dump());
+    for (const char* key : {"loss", "gnorm"}) {
+      const double e = expected_lines[u][key].get<double>(), g = got_lines[u][key].get<double>();
+      CHECK(std::abs(g - e) <= 1e-6 * std::abs(e));
+    }
+  }
+  const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = mnist_params_of(grad_dir / "ck/checkpoint_last.pt");
+  REQUIRE(expected.size() == got.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    // Bit for bit on one machine, where none's shared-memory allreduce adds in rank order as os+grad's owners
+    // do (Note [Sharded gradients]); the issue's bound, 1e-6 relative, holds a fortiori.
+    const double d = relative_difference(got[i], expected[i]);
+    INFO("parameter " << i << ": max |difference| relative to max |weight| " << d);
+    CHECK(d <= 1e-6);
+    CHECK(torch::equal(got[i], expected[i]));
+    total += expected[i].numel();
+  }
+
+  // The shard lines: gradients and state in the budgets' proportion 1:1:2; the parameters whole on every rank.
+  const auto shards = json_lines(grad[0].out, "shard");
+  REQUIRE(shards.size() == 3);
+  const std::vector<double> share{0.25, 0.25, 0.5};
+  int64_t grads = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    INFO(shards[r].dump());
+    const int64_t numel = shards[r]["numel"].get<int64_t>();
+    CHECK(std::abs(static_cast<double>(numel) - share[r] * static_cast<double>(total)) <= 16);
+    CHECK(shards[r]["grad_bytes"].get<int64_t>() == 4 * numel);
+    CHECK(shards[r]["state_bytes"].get<int64_t>() == 2 * 4 * numel);
+    CHECK(shards[r]["param_bytes"].get<int64_t>() == 4 * total);
+    grads += shards[r]["grad_bytes"].get<int64_t>();
+  }
+  CHECK(grads == 4 * total);
+}
+
 TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, and a mismatch between ranks, are one "
           "line naming the flag",
           "[distributed][multiprocess][zero_shard]") {
   TempDir dir;
   const auto base = with(mnist_train_args(zero_sharding_data(), dir / "ck"),
                          {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--no-save"});
-  const auto bad_mode = run_process(with(base, {"--zero-sharding", "os+grad"}), 60s);
+  const auto bad_mode = run_process(with(base, {"--zero-sharding", "all"}), 60s);
   CHECK(bad_mode.exit_code == hetseq::kExitUsage);
-  CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'os+grad' is not one of none, os"));
+  CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'all' is not one of none, os, os+grad"));
+  const auto hook = run_process(with(base, {"--zero-sharding", "os+grad", "--ddp-comm-hook", "fp16"}), 60s);
+  CHECK(hook.exit_code == hetseq::kExitUsage);
+  CHECK_THAT(hook.err, Catch::Contains("--zero-sharding os+grad: --ddp-comm-hook fp16 is not supported with it, use "
+                                       "--ddp-comm-hook none"));
   const auto bad_budget = run_process(with(base, {"--zero-sharding", "os", "--memory-budget", "-2"}), 60s);
   CHECK(bad_budget.exit_code == hetseq::kExitUsage);
   CHECK_THAT(bad_budget.err, Catch::Contains("--memory-budget: -2 must be a positive number of GB"));
@@ -163,5 +229,31 @@ TEST_CASE("Sharding os under --bf16 autocast trains the parameters of none, bit 
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(got[i], expected[i]));
+  }
+}
+
+TEST_CASE("A checkpoint of os+grad (budgets 1:1:2) resumes under os+grad with budgets 3:1:1 and under none, bit for "
+          "bit",
+          "[distributed][multiprocess][zero_shard]") {
+  TempDir straight, dir_grad, dir_none;
+  require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
+  const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
+  for (const auto* dir : {&dir_grad, &dir_none}) {
+    require_all(train(dir->path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
+  }
+  const auto saved = hetseq::load_checkpoint(dir_grad / "ck/checkpoint_last.pt");
+  REQUIRE(saved.optimizer_shards.has_value());
+  CHECK(saved.optimizer_shards->world_size == 3);
+  const auto resumed = train(dir_grad.path(), "os+grad", {"3", "1", "1"}, 30, true);
+  require_all(resumed, "resumed os+grad 3:1:1");
+  CHECK_THAT(resumed[0].err, Catch::Contains("resumed from"));
+  require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
+  const auto a = mnist_params_of(dir_grad / "ck/checkpoint_last.pt");
+  const auto b = mnist_params_of(dir_none / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| os+grad " << (a[i] - expected[i]).abs().max().item<double>()
+                      << ", none " << (b[i] - expected[i]).abs().max().item<double>());
+    CHECK(torch::equal(a[i], expected[i]));
+    CHECK(torch::equal(b[i], expected[i]));
   }
 }

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/types.h>
+
+#include "hetseq/reduce/gradient_reducer.h"
+#include "hetseq/shard/shard_plan.h"
+
+namespace hetseq {
+
+/// --zero-sharding os+grad's reducer: each rank ends an update holding only its shard of the summed
+/// gradients (shard_gradient()), and the parameters' own gradients are freed as their buckets leave.
+/// Buckets are cut at shard boundaries, so that each has one owner, and each is gathered to its owner
+/// alone, which sums the ranks' copies in rank order into its shard's gradient buffer; every copy is freed
+/// once summed. See Note [Sharded gradients].
+class ShardReducer final : public GradientReducer {
+ public:
+  /// `params` (every parameter that takes a gradient, in the model's order), `plan` [rank] the shard plan
+  /// over them (plan_shards), `buffers` the model's buffers (rank 0's before each forward), `bucket_bytes`
+  /// the largest bucket. Hooks every parameter's gradient accumulator; every rank builds it alike.
+  ShardReducer(std::vector<torch::Tensor> params, std::vector<torch::Tensor> buffers, std::vector<ShardRange> plan,
+               c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t bucket_bytes);
+  ~ShardReducer() override;
+  ShardReducer(const ShardReducer&) = delete;
+  ShardReducer& operator=(const ShardReducer&) = delete;
+
+  void before_forward() override;
+  void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
+                       const SampleCount& samples = nullptr) override;
+  /// Launches the buckets that no gradient completed (a parameter without one counts as zeros), waits for
+  /// every reduction and frees every parameter's gradient: shard_gradient() then holds the sums.
+  void finish_update() override;
+  ReductionTiming last_timing() const override { return timing_; }
+
+  /// This rank's shard of the flat gradient space: after finish_update(), the sum over the ranks.
+  const torch::Tensor& shard_gradient() const { return shard_gradient_; }
+  /// Views of shard_gradient() for `slices` (shard_slices of this rank's shard), as the optimizer's views.
+  std::vector<torch::Tensor> shard_gradient_views(const std::vector<ShardSlice>& slices) const;
+  /// The bucket layout: [bucket] its range of the flat space and its owner, in launch order.
+  struct Bucket {
+    int64_t first = 0;
+    int64_t numel = 0;
+    int64_t owner = 0;
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  struct InFlight {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<torch::Tensor> input;                // [1] this rank's copy of the bucket
+    std::vector<std::vector<torch::Tensor>> output;  // the owner's: [1][rank] every rank's copy
+    size_t bucket = 0;
+  };
+  void on_gradient(size_t param);
+  void launch_ready();
+  void launch(size_t bucket);
+  /// Waits for `f`'s gather; the owner sums the copies into its shard. Frees the copies.
+  void finish(InFlight& f);
+
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> buffers_;
+  std::vector<ShardRange> plan_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int64_t rank_ = 0;
+  std::vector<int64_t> param_first_;  // [param] its first element in the flat space
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<size_t>> bucket_params_;  // [bucket] the parameters it touches
+  std::vector<std::vector<size_t>> param_buckets_;  // [param] the buckets it touches
+  torch::Tensor shard_gradient_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // [param], each with one hook of ours
+  std::vector<uintptr_t> hook_keys_;                                  // [param]
+
+  // The update in progress (the last micro-batch's backward).
+  bool armed_ = false;
+  std::vector<int64_t> waiting_;     // [bucket] its parameters whose gradient is not complete yet
+  std::vector<int64_t> param_left_;  // [param] its buckets not launched yet
+  size_t next_launch_ = 0;
+  std::deque<InFlight> in_flight_;
+  ReductionTiming timing_;
+};
+
+}  // namespace hetseq
