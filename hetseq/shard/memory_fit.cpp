@@ -14,8 +14,8 @@ namespace hetseq {
 //
 //   parameters       T x e    the whole model, on every rank (only the optimizer state is sharded)
 //   gradients        T x e    the whole model's gradients: the reducer's buckets, which .grad views;
-//                             under os+grad n x e for its shard and at most 3 buckets (--bucket-cap-mb)
-//                             being filled or in flight (Note [Sharded gradients])
+//                             under os+grad n x e for its shard and at most 2 W + 1 buckets (--bucket-cap-mb)
+//                             being copied or in flight, W copies each on its owner (Note [Sharded gradients])
 //   optimizer state  n x k x e  k parameter-sized buffers (Optimizer::state_buffers: Adam 2, Adadelta 2,
 //                             SGD 1 with momentum, 0 without) for the n elements of the rank's shard (n = T
 //                             without sharding); there are no fp32 master weights, since the parameters stay
@@ -68,8 +68,9 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
     MemoryNeed n;
     n.parameters = b.from_free_memory ? 0 : whole;
     const int64_t shard = sharded ? plan[static_cast<size_t>(r)].numel : options.num_params;
-    // os+grad: its shard, the buckets being filled and two in flight (Note [Sharded gradients]).
-    n.gradients = sharded_grads ? shard * e + std::min(whole, 3 * options.bucket_bytes) : whole;
+    // os+grad: its shard, a bucket being copied and two in flight, with W copies each on their owner (Note
+    // [Sharded gradients]); never more than the whole model's.
+    n.gradients = sharded_grads ? shard * e + std::min(whole, (2 * world + 1) * options.bucket_bytes) : whole;
     n.optimizer_state = shard * options.state_buffers * e;
     n.gather_buffers = gather * e;
     n.activations = b.activation_bytes;

@@ -52,6 +52,19 @@ TEST_CASE("memory_needs: whole parameters and gradients, the shard's optimizer s
   padded.gather = hetseq::GatherMethod::kAllgatherPadded;
   CHECK(hetseq::memory_needs(padded)[1].gather_buffers == 4 * 488 * 4);  // 3 receive buffers and the send buffer
 
+  // os+grad: the gradients of the shard, and 2 W + 1 = 7 buckets of 100 bytes in flight, capped at the model's.
+  auto grad = three_ranks(ZeroSharding::kGradients);
+  grad.bucket_bytes = 100;
+  const auto os_grad = hetseq::memory_needs(grad);
+  for (size_t r = 0; r < 3; ++r) {
+    CHECK(os_grad[r].parameters == 4000);
+    CHECK(os_grad[r].gradients == shard[r] * 4 + 700);
+    CHECK(os_grad[r].optimizer_state == shard[r] * 2 * 4);
+    CHECK(os_grad[r].gather_buffers == 488 * 4);
+  }
+  grad.bucket_bytes = 1 << 20;
+  CHECK(hetseq::memory_needs(grad)[0].gradients == 256 * 4 + 4000);
+
   const auto none = hetseq::memory_needs(three_ranks(ZeroSharding::kNone));
   for (size_t r = 0; r < 3; ++r) {
     CHECK(none[r].optimizer_state == 8000);
