@@ -1,30 +1,33 @@
 #!/usr/bin/env bash
-# --zero-sharding os on BERT, 3 CPU ranks over Gloo (issue 27): what each rank holds and how fast it trains,
-# and the largest BERT that the memory check lets train when one rank has a quarter of the others' budget.
+# --zero-sharding os and os+grad on BERT, 3 CPU ranks over Gloo (issues 27, 38): what each rank holds and how
+# fast it trains, and the largest BERT that the memory check lets train under each mode when the ranks' budgets
+# differ.
 #
 #   benchmarks/zero_memory.sh [--updates N] [--repeats R] [--batch B] [--layers L] [--hidden H]
-#                             [--small-budget GB] [--big-budget GB] [--hiddens "H1 H2"] [--max-layers M]
+#                             [--small-budget GB] [--big-budget GB] [--budgets "B0 B1 B2"]
+#                             [--hiddens "H1 H2"] [--max-layers M] [--modes "os+grad os none"]
 #                             [--no-throughput] [--no-boundary] [--data DIR] [--build DIR] [--python PY]
 #
 # Part 1 (throughput and memory): BERT with L layers of width H (heads H/64, feed-forward 4H, the uncased
 # vocabulary of 30522), Adam (weight decay 0.01, --clip-norm 1), B sequences of 128 tokens per rank, N updates,
 # no validation, one intra-op thread per rank, three separate hetseq-train processes (file:// rendezvous). Three
 # modes, run one after another within each repeat (their order rotating every repeat), R repeats:
-#   none     --zero-sharding none (no budget, no memory check)
-#   os 1:1:1 --zero-sharding os, --memory-budget 2 GB on every rank
-#   os 1:1:2 --zero-sharding os, --memory-budget 1, 1, 2 GB
-# For each rank: the optimizer state bytes (the `shard` JSON lines: read from the allocated tensors; under none,
-# Adam's 2 x 4 bytes per parameter), the peak RSS (/usr/bin/time's maximum resident set size) and the bytes the
+#   none          --zero-sharding none (no budget, no memory check)
+#   os 1:1:1      --zero-sharding os, --memory-budget 2 GB on every rank
+#   os 1:1:2      --zero-sharding os, --memory-budget 1, 1, 2 GB
+#   os+grad 1:1:2 --zero-sharding os+grad, --memory-budget 1, 1, 2 GB
+# For each rank: the optimizer state and gradient bytes (the `shard` JSON lines: read from the allocated tensors;
+# under none, Adam's 2 x 4 bytes and the gradient's 4 bytes per parameter), the peak RSS (/usr/bin/time's maximum resident set size) and the bytes the
 # memory check says it needs; and the run's samples/s (ups x bsz of the train_epoch line: all ranks' sequences
 # over the span from the first update's start to the last one's end). Prints every run, then the medians, the
 # ratio of the medians os/none, and the median of each repeat's os/none ratio (runs side by side, less exposed to
 # a load that changes between repeats).
 #
-# Part 2 (the largest BERT): budgets SMALL:BIG:BIG GB (default 0.5:2:2). For each width in --hiddens, the most
+# Part 2 (the largest BERT): budgets SMALL:BIG:BIG GB (default 0.5:2:2), or --budgets. For each mode in --modes
+# and each width in --hiddens, the most
 # layers (up to --max-layers) that pass the memory check (Note [Memory that a rank needs]), found by bisection
-# with runs of 2 updates (a run that does not fit stops before training with exit code 3), under os and under
-# none with the same budgets; the largest by parameter count under each mode then trains 5 updates (reported as
-# in part 1).
+# with runs of 2 updates (a run that does not fit stops before training with exit code 3), with the same budgets
+# under every mode; the largest by parameter count under each mode then trains 5 updates (reported as in part 1).
 #
 # Defaults: --updates 10, --repeats 3, --batch 4, --layers 2, --hidden 512, --small-budget 0.5, --big-budget 2,
 # --hiddens "256 512", --max-layers 24, --data $HETSEQ_HOME/bert/jargon-128 (made by scripts/train_bert.sh),
@@ -44,6 +47,8 @@ SMALL=0.5
 BIG=2
 HIDDENS="256 512"
 MAX_LAYERS=24
+BUDGETS2=""
+MODES="os+grad os none"
 THROUGHPUT=1
 BOUNDARY=1
 DATA="$HETSEQ_HOME/bert/jargon-128"
@@ -61,6 +66,8 @@ while [ "$#" -gt 0 ]; do
     --big-budget) need_value "$@"; BIG="$2"; shift 2 ;;
     --hiddens) need_value "$@"; HIDDENS="$2"; shift 2 ;;
     --max-layers) need_value "$@"; MAX_LAYERS="$2"; shift 2 ;;
+    --budgets) need_value "$@"; BUDGETS2="$2"; shift 2 ;;
+    --modes) need_value "$@"; MODES="$2"; shift 2 ;;
     --no-throughput) THROUGHPUT=0; shift ;;
     --no-boundary) BOUNDARY=0; shift ;;
     --data) need_value "$@"; DATA="$2"; shift 2 ;;
@@ -136,6 +143,7 @@ def lines(r):
 rows = lines(0)
 epoch = [x for x in rows if x.get("tag") == "train_epoch"][-1]
 shards = {x["rank"]: x["state_bytes"] for x in rows if x.get("tag") == "shard"}
+grads = {x["rank"]: x["grad_bytes"] for x in rows if x.get("tag") == "shard"}
 err = open(f"{work}/{tag}.err.0").read()
 params = int(re.search(r"model with (\d+) parameters", err).group(1))
 needs = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"\[memory\] rank (\d+): needs ([\d.]+) MB", err)}
@@ -143,7 +151,8 @@ for r in range(3):
     rss = int(open(f"{work}/{tag}.rss.{r}").read().split()[-1]) * 1024
     state = shards.get(r, 8 * params if sharding == "none" else -1)
     need = "%.1f" % needs[r] if r in needs else "-"
-    print(f"rank={r} state_mb={state / 1e6:.1f} rss_mb={rss / 1e6:.1f} need_mb={need}")
+    grad = grads.get(r, 4 * params if sharding == "none" else -1)
+    print(f"rank={r} state_mb={state / 1e6:.1f} grad_mb={grad / 1e6:.1f} rss_mb={rss / 1e6:.1f} need_mb={need}")
 print(f"samples_s={float(epoch['ups']) * float(epoch['bsz']):.3f} updates={epoch['num_updates']} params={params}")
 PYEOF
 }
@@ -157,15 +166,16 @@ echo "zero_memory: $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /p
 if [ "$THROUGHPUT" = 1 ]; then
   CFG="$(config "$LAYERS" "$HIDDEN")"
   echo "part 1: BERT $LAYERS layers x $HIDDEN, Adam, $BATCH sequences of 128 tokens per rank, $UPDATES updates, 3 ranks"
-  NAMES=(none os-1:1:1 os-1:1:2)  # [mode]
-  SHARDINGS=(none os os)
-  BUDGETS=("- - -" "2 2 2" "1 1 2")
-  declare -A SPS STATE RSS NEED REP_SPS
+  NAMES=(none os-1:1:1 os-1:1:2 os+grad-1:1:2)  # [mode]
+  SHARDINGS=(none os os os+grad)
+  BUDGETS=("- - -" "2 2 2" "1 1 2" "1 1 2")
+  MODE_COUNT=${#NAMES[@]}
+  declare -A SPS STATE GRAD RSS NEED REP_SPS
   for ((rep = 1; rep <= REPEATS; rep++)); do
-    for ((k = 0; k < 3; k++)); do
-      i=$(((k + rep - 1) % 3))
+    for ((k = 0; k < MODE_COUNT; k++)); do
+      i=$(((k + rep - 1) % MODE_COUNT))
       name="${NAMES[$i]}"; sharding="${SHARDINGS[$i]}"
-      tag="$(echo "$name" | tr ':' '_').$rep"
+      tag="$(echo "$name" | tr ':+' '_p').$rep"
       load="$(load1)"
       # shellcheck disable=SC2086
       run "$tag" "$CFG" "$sharding" "$UPDATES" ${BUDGETS[$i]}
@@ -178,6 +188,7 @@ if [ "$THROUGHPUT" = 1 ]; then
       for r in 0 1 2; do
         line="$(echo "$out" | sed -n "$((r + 1))p")"
         STATE[$name.$r]+="$(echo "$line" | field state_mb) "
+        GRAD[$name.$r]+="$(echo "$line" | field grad_mb) "
         RSS[$name.$r]+="$(echo "$line" | field rss_mb) "
         NEED[$name.$r]+="$(echo "$line" | field need_mb) "
         echo "      $line"
@@ -185,17 +196,17 @@ if [ "$THROUGHPUT" = 1 ]; then
     done
   done
   echo "medians of $REPEATS runs (MB = 10^6 bytes):"
-  for name in none os-1:1:1 os-1:1:2; do
+  for name in "${NAMES[@]}"; do
     printf '  %-9s %s samples/s' "$name" "$(median ${SPS[$name]})"
     for r in 0 1 2; do
       need="$(echo ${NEED[$name.$r]} | cut -d' ' -f1)"
-      printf ' | rank %d: state %s MB, peak RSS %s MB, check %s MB' "$r" "$(median_mb ${STATE[$name.$r]})" \
-        "$(median_mb ${RSS[$name.$r]})" "$need"
+      printf ' | rank %d: state %s MB, gradients %s MB, peak RSS %s MB, check %s MB' "$r" \
+        "$(median_mb ${STATE[$name.$r]})" "$(median_mb ${GRAD[$name.$r]})" "$(median_mb ${RSS[$name.$r]})" "$need"
     done
     echo
   done
   base="$(median ${SPS[none]})"
-  for name in os-1:1:1 os-1:1:2; do
+  for name in "${NAMES[@]:1}"; do
     ratios=()
     for ((rep = 1; rep <= REPEATS; rep++)); do
       ratios+=("$("$PY" -c "print('%.3f' % (${REP_SPS[$name.$rep]} / ${REP_SPS[none.$rep]}))")")
@@ -206,12 +217,14 @@ if [ "$THROUGHPUT" = 1 ]; then
 fi
 
 if [ "$BOUNDARY" = 1 ]; then
-  echo "part 2: the most layers that pass the memory check with budgets $SMALL:$BIG:$BIG GB ($BATCH sequences per rank)"
+  read -r -a B2 <<<"${BUDGETS2:-$SMALL $BIG $BIG}"
+  [ "${#B2[@]}" = 3 ] || die "--budgets wants three values, one per rank"
+  echo "part 2: the most layers that pass the memory check with budgets ${B2[0]}:${B2[1]}:${B2[2]} GB ($BATCH sequences per rank)"
   declare -A BEST_PARAMS BEST_NAME
   fits() {  # fits SHARDING LAYERS HIDDEN: status 0 when the run (2 updates) passes the check and trains,
             # with its parameter count in FIT_PARAMS
     local tag="probe-$1-$2x$3"
-    run "$tag" "$(config "$2" "$3")" "$1" 2 "$SMALL" "$BIG" "$BIG"
+    run "$tag" "$(config "$2" "$3")" "$1" 2 "${B2[@]}"
     FIT_PARAMS="$(sed -n 's/.*model with \([0-9]*\) parameters.*/\1/p' "$WORK/$tag.err.0" | head -n 1)"
     if [ "$RUN_CODE" = 0 ]; then
       local need; need="$(sed -n 's/.*\[memory\] rank 0: needs \([0-9.]*\) MB of its \([0-9.]*\) MB.*/\1 of \2/p' "$WORK/$tag.err.0")"
@@ -222,7 +235,7 @@ if [ "$BOUNDARY" = 1 ]; then
     echo "    $1 $2 x $3 ($FIT_PARAMS parameters): does not fit: $(grep -o 'rank [0-9]* needs [0-9]* bytes but has [0-9]* bytes' "$WORK/$tag.err.0" | head -n 1)"
     return 1
   }
-  for sharding in os none; do
+  for sharding in $MODES; do
     for h in $HIDDENS; do
       lo=0; hi=$((MAX_LAYERS + 1)); lo_params=0  # lo fits (0: none tried fits), hi does not
       while [ $((hi - lo)) -gt 1 ]; do
@@ -237,7 +250,7 @@ if [ "$BOUNDARY" = 1 ]; then
     if [ -n "${BEST_NAME[$sharding]:-}" ]; then
       read -r l h <<<"${BEST_NAME[$sharding]}"
       tag="final-$sharding"
-      run "$tag" "$(config "$l" "$h")" "$sharding" 5 "$SMALL" "$BIG" "$BIG"
+      run "$tag" "$(config "$l" "$h")" "$sharding" 5 "${B2[@]}"
       [ "$RUN_CODE" = 0 ] || die "the largest $sharding BERT ($l x $h) failed to train (exit code $RUN_CODE)"
       echo "  largest under $sharding: $l layers x $h (${BEST_PARAMS[$sharding]} parameters), trained 5 updates:"
       report "$tag" "$sharding" | sed 's/^/      /'
