@@ -6,7 +6,7 @@
 namespace hetseq {
 
 void declare_save_flags(FlagSet& flags, const CheckpointSaveOptions& d) {
-  flags.add("save-dir", "path to save checkpoints", flag_text(d.save_dir))
+  flags.add("save-dir", "path to save checkpoints", flag_text(d.save_dir)).per_rank()
       .add("save-interval", "save a checkpoint every N epochs", flag_text(d.save_interval))
       .add("save-interval-updates", "save a checkpoint (and validate) every N updates (0: off)",
            flag_text(d.save_interval_updates))

@@ -106,11 +106,11 @@ std::map<std::string, std::string> task_defaults(const std::optional<std::string
 // the sets it needs the same way.
 FlagSet driver_flags() {
   FlagSet flags("");
-  flags.add_switch("help", "show this help (with --task T, also T's flags and defaults) and exit")
+  flags.add_switch("help", "show this help (with --task T, also T's flags and defaults) and exit").per_rank()
       .short_name("h")
       .add_optional("user-dir", "a task library built outside this tree (lib<task>.so, or a folder of them), loaded "
-                    "before --task is looked up; its flags then show with --task NAME --help", "PATH")
-      .add_optional("data", "path of the task's data");
+                    "before --task is looked up; its flags then show with --task NAME --help", "PATH").per_rank()
+      .add_optional("data", "path of the task's data").per_rank();
   return flags;
 }
 

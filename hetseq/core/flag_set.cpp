@@ -30,6 +30,12 @@ FlagSet& FlagSet::short_name(const std::string& letter) {
   return *this;
 }
 
+FlagSet& FlagSet::per_rank() {
+  HETSEQ_ASSERT(!flags_.empty(), "FlagSet::per_rank needs a flag before it");
+  flags_.back().per_rank = true;
+  return *this;
+}
+
 FlagSet FlagSet::subset(const std::string& group, const std::vector<std::string>& names) const {
   FlagSet out(group);
   for (const std::string& name : names) {

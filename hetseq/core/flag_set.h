@@ -22,6 +22,7 @@ struct FlagSpec {
   std::string value_name = "VALUE";         // shown as --name VALUE
   bool is_switch = false;                   // takes no value; "true" when given, else its default_text
   std::string short_name;                   // one letter ("h" is -h), or empty
+  bool per_rank = false;                    // ranks may differ in it: not compared at start (Note [Compared flags])
 };
 
 /// The flags of one component, shown together in --help under `group`.
@@ -38,6 +39,10 @@ class FlagSet {
   FlagSet& add_switch(const std::string& name, const std::string& help, bool on = false);
   /// Gives the flag declared last a one-letter name as well (-h for --help).
   FlagSet& short_name(const std::string& letter);
+  /// Marks the flag declared last as one whose value may differ from rank to rank (a batch size, a device,
+  /// a path, how a rank logs); every other flag is compared across the ranks at start (Note [Compared
+  /// flags]). Add it only where ranks may legitimately differ.
+  FlagSet& per_rank();
 
   /// The flags of this set named in `names`, in this set's order, shown under `group`: how a program
   /// reuses a part of a component's declarations (hetseq-eval the batch flags of hetseq-train). A name

@@ -17,9 +17,9 @@ void declare_balance_flags(FlagSet& flags, const AutoBalanceOptions& d) {
   const std::string cap_help = "largest micro-batch a worker may run when balancing (memory); a larger share runs as "
                                "several micro-batches. A comma list gives one per local worker (default: no limit)";
   if (d.caps.empty()) {
-    flags.add_optional("balance-cap", cap_help);
+    flags.add_optional("balance-cap", cap_help).per_rank();
   } else {
-    flags.add("balance-cap", cap_help, flag_text(d.caps));
+    flags.add("balance-cap", cap_help, flag_text(d.caps)).per_rank();
   }
 }
 

@@ -12,6 +12,7 @@ void declare_checkpoint_flags(FlagSet& flags, const CheckpointOptions& d) {
   std::vector<std::string> overrides;  // key=value
   for (const auto& [key, value] : d.optimizer_overrides) overrides.push_back(fmt::format("{}={}", key, value));
   flags.add("restore-file", "checkpoint to resume from: a file name in --save-dir, or a path", d.restore_file)
+      .per_rank()
       .add_switch("reset-dataloader", "on resume, start at the first sample of epoch 1 (keep the update count)",
                   d.reset_dataloader)
       .add_switch("reset-lr-scheduler", "on resume, don't load the learning rate scheduler state", d.reset_lr_scheduler)
@@ -23,9 +24,9 @@ void declare_checkpoint_flags(FlagSet& flags, const CheckpointOptions& d) {
   const std::string dump_help = "debugging: each rank appends the sample indices of every update to "
                                 "DIR/samples-rankR.txt";
   if (d.dump_sample_ids) {
-    flags.add("dump-sample-ids", dump_help, *d.dump_sample_ids);
+    flags.add("dump-sample-ids", dump_help, *d.dump_sample_ids).per_rank();
   } else {
-    flags.add_optional("dump-sample-ids", dump_help);
+    flags.add_optional("dump-sample-ids", dump_help).per_rank();
   }
 }
 

@@ -13,12 +13,12 @@ void declare_common_flags(FlagSet& flags, const CommonOptions& d) {
     flags.add("task", "the task to train (see Tasks above)", d.task);
   }
   flags.add("seed", "pseudo random number generator seed", flag_text(d.seed))
-      .add_switch("cpu", "use the CPU even when CUDA is available", d.cpu)
-      .add_switch("no-progress-bar", "disable the progress bar", d.no_progress_bar)
-      .add("log-interval", "log statistics every N updates", flag_text(d.log_interval))
-      .add("log-format", "how statistics are printed: none, simple, json", to_string(d.log_format))
+      .add_switch("cpu", "use the CPU even when CUDA is available", d.cpu).per_rank()
+      .add_switch("no-progress-bar", "disable the progress bar", d.no_progress_bar).per_rank()
+      .add("log-interval", "log statistics every N updates", flag_text(d.log_interval)).per_rank()
+      .add("log-format", "how statistics are printed: none, simple, json", to_string(d.log_format)).per_rank()
       .add("intra-op-threads", "LibTorch intra-op threads of this process (0: LibTorch's default)",
-           flag_text(d.intra_op_threads))
+           flag_text(d.intra_op_threads)).per_rank()
       .add_switch("deterministic", "on a GPU, deterministic cuDNN and cuBLAS kernels, so that a run and its resume "
                   "are bit-equal there (slower)", d.deterministic)
       .add_switch("cuda-graph", "on a GPU, a world of one: capture an update's forward, backward and clipping into a "

@@ -8,18 +8,18 @@ namespace hetseq {
 
 void declare_dataset_flags(FlagSet& flags, const DatasetOptions& d) {
   flags.add("num-workers", "background threads that build batches (0: build in the training thread)",
-            flag_text(d.num_workers));
+            flag_text(d.num_workers)).per_rank();
   const std::string batch_help = "samples per batch (alias --batch-size); a comma list gives one per local worker";
   if (d.max_sentences.empty()) {
-    flags.add_optional("max-sentences", batch_help);
+    flags.add_optional("max-sentences", batch_help).per_rank();
   } else {
-    flags.add("max-sentences", batch_help, flag_text(d.max_sentences));
+    flags.add("max-sentences", batch_help, flag_text(d.max_sentences)).per_rank();
   }
   const std::string valid_help = "samples per validation batch (default: --max-sentences)";
   if (d.max_sentences_valid) {
-    flags.add("max-sentences-valid", valid_help, flag_text(*d.max_sentences_valid));
+    flags.add("max-sentences-valid", valid_help, flag_text(*d.max_sentences_valid)).per_rank();
   } else {
-    flags.add_optional("max-sentences-valid", valid_help);
+    flags.add_optional("max-sentences-valid", valid_help).per_rank();
   }
   flags.add("required-batch-size-multiple", "round batch sizes down to a multiple of N",
             flag_text(d.required_batch_size_multiple))

@@ -11,12 +11,12 @@ void declare_distributed_flags(FlagSet& flags, const DistributedOptions& d) {
   declare_world_flags(flags, d.world);
   const std::string gpus_help = "workers on this node, worker i on device i (default: CUDA devices, or 1)";
   if (d.gpus) {
-    flags.add("distributed-gpus", gpus_help, flag_text(*d.gpus));
+    flags.add("distributed-gpus", gpus_help, flag_text(*d.gpus)).per_rank();
   } else {
-    flags.add_optional("distributed-gpus", gpus_help);
+    flags.add_optional("distributed-gpus", gpus_help).per_rank();
   }
   flags.add_switch("distributed-no-spawn", "run one worker in this process instead of starting --distributed-gpus "
-                   "workers", d.no_spawn);
+                   "workers", d.no_spawn).per_rank();
   declare_ddp_flags(flags, d.ddp);
   flags.add_switch("fast-stat-sync", "reduce logged statistics in one small allreduce", d.fast_stat_sync)
       .add("zero-sharding", "none; os: each rank keeps the optimizer state of a contiguous shard of the "
@@ -25,19 +25,20 @@ void declare_distributed_flags(FlagSet& flags, const DistributedOptions& d) {
            "rounding)",
            to_string(d.zero_sharding));
   const std::string budget_help =
-      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os and os+grad shards are proportional to "
-      "the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable and the cgroup "
-      "limit). A rank whose parameters, gradients, optimizer state (shard) and measured activations do not fit "
+      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os and os+grad shards are "
+      "proportional to the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable "
+      "and the cgroup limit). A rank whose parameters, gradients, optimizer state (shard) and measured activations do not fit "
       "stops before training, naming the bytes";
   if (d.memory_budget_bytes) {
     flags.add("memory-budget", budget_help,
-              flag_text(static_cast<double>(*d.memory_budget_bytes) / static_cast<double>(int64_t{1} << 30)));
+              flag_text(static_cast<double>(*d.memory_budget_bytes) / static_cast<double>(int64_t{1} << 30)))
+        .per_rank();
   } else {
-    flags.add_optional("memory-budget", budget_help);
+    flags.add_optional("memory-budget", budget_help).per_rank();
   }
   flags.add_switch("log-all-ranks", "every rank logs, and the per-rank summary (batch size, compute, communication "
                    "wait, bus bandwidth, slowest rank) is printed every --log-interval, not only at the end of each "
-                   "epoch", d.log_all_ranks);
+                   "epoch", d.log_all_ranks).per_rank();
 }
 
 DistributedOptions read_distributed_options(const FlagValues& values) {

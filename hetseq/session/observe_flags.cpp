@@ -31,10 +31,11 @@ std::optional<std::string> read_path(const FlagValues& values, const std::string
 void declare_observe_flags(FlagSet& flags, const ObserveOptions& d) {
   add_path(flags, "trace-dir", "each rank writes the timeline of --trace-updates to DIR/trace_rank<R>.json (Chrome "
            "trace format: Perfetto, chrome://tracing); `hetseq-trace merge DIR` joins the ranks", d.trace_dir);
+  flags.per_rank();
   flags.add("trace-updates", "the updates to trace with --trace-dir, A:B (1-based, both included)",
             fmt::format("{}:{}", d.trace_first, d.trace_last))
       .add_switch("trace-ops", "with --trace-dir, also LibTorch's op-level profile (Kineto) of the same updates, in "
-                  "DIR/ops_rank<R>.json", d.trace_ops);
+                  "DIR/ops_rank<R>.json", d.trace_ops).per_rank();
   const std::optional<std::string> step_profile =
       d.step_profile_timed > 0 ? std::optional<std::string>(fmt::format("{},{}", d.step_profile_warmup,
                                                                         d.step_profile_timed))
@@ -44,8 +45,10 @@ void declare_observe_flags(FlagSet& flags, const ObserveOptions& d) {
            "reads per update, peak memory; rank 0)", step_profile, "WARMUP,TIMED");
   add_path(flags, "tensorboard-logdir", "write the log's statistics as TensorBoard scalars into DIR (rank 0)",
            d.tensorboard_logdir);
+  flags.per_rank();
   add_path(flags, "json-log", "append every log record as a JSON line to FILE, whatever --log-format prints (rank 0); "
            "scripts/plot_run.py draws it", d.json_log);
+  flags.per_rank();
 }
 
 ObserveOptions read_observe_options(const FlagValues& values) {

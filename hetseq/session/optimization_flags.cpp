@@ -11,7 +11,7 @@ void declare_optimization_flags(FlagSet& optimization, FlagSet& schedule, const 
       .add("max-update", "force stop training at this update (alias --mu; 0: no limit)", flag_text(d.max_update))
       .add("clip-norm", "clip threshold of gradients (0: no clipping)", flag_text(d.clip_norm))
       .add("update-freq", "update parameters every N_i batches in epoch i (comma list N1,N2,...)",
-           flag_text(d.update_freq))
+           flag_text(d.update_freq)).per_rank()
       .add("lr", "learning rate for the first epochs (comma list; alias --learning-rate)", flag_text(d.lr))
       .add("min-lr", "stop training when the learning rate reaches this minimum", flag_text(d.min_lr))
       .add("optimizer", fmt::format("{}", fmt::join(optim::optimizers().names(), ", ")), d.optimizer);

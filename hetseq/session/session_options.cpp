@@ -30,7 +30,8 @@ void DistributedOptions::validate() const {
     throw UsageError(fmt::format("--zero-sharding os+grad: {}; each bucket is summed to the rank that owns it", what));
   };
   if (ddp.comm_hook != CommHook::kNone) {
-    refuse(fmt::format("--ddp-comm-hook {} is not supported with it, use --ddp-comm-hook none", to_string(ddp.comm_hook)));
+    refuse(fmt::format("--ddp-comm-hook {} is not supported with it, use --ddp-comm-hook none",
+                       to_string(ddp.comm_hook)));
   }
   if (ddp.find_unused_parameters) refuse("--find-unused-parameters is not supported with it");
   if (ddp.shared_memory == SharedMemoryReduceMode::kOn) refuse("--shared-memory-reduce on is not supported with it");

@@ -4,6 +4,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/shard/shard_reducer.h"
 
 namespace hetseq {
 
@@ -14,8 +15,9 @@ namespace hetseq {
 //
 //   parameters       T x e    the whole model, on every rank (only the optimizer state is sharded)
 //   gradients        T x e    the whole model's gradients: the reducer's buckets, which .grad views;
-//                             under os+grad n x e for its shard and at most 2 W + 1 buckets (--bucket-cap-mb)
-//                             being copied or in flight, W copies each on its owner (Note [Sharded gradients])
+//                             under os+grad n x e for its shard and at most 2 W + 1 buckets (shard_bucket_bytes)
+//                             being copied or in flight, W copies each on its owner (Note [Sharded gradients]),
+//                             never more than T x e
 //   optimizer state  n x k x e  k parameter-sized buffers (Optimizer::state_buffers: Adam 2, Adadelta 2,
 //                             SGD 1 with momentum, 0 without) for the n elements of the rank's shard (n = T
 //                             without sharding); there are no fp32 master weights, since the parameters stay
@@ -70,7 +72,8 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
     const int64_t shard = sharded ? plan[static_cast<size_t>(r)].numel : options.num_params;
     // os+grad: its shard, a bucket being copied and two in flight, with W copies each on their owner (Note
     // [Sharded gradients]); never more than the whole model's.
-    n.gradients = sharded_grads ? shard * e + std::min(whole, (2 * world + 1) * options.bucket_bytes) : whole;
+    const int64_t bucket = shard_bucket_bytes(whole, world, options.bucket_bytes);
+    n.gradients = sharded_grads ? std::min(whole, shard * e + (2 * world + 1) * bucket) : whole;
     n.optimizer_state = shard * options.state_buffers * e;
     n.gather_buffers = gather * e;
     n.activations = b.activation_bytes;

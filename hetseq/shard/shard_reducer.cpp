@@ -20,10 +20,10 @@ namespace hetseq {
 // parameters end to end, cut in proportion to the memory budgets. That is all its optimizer step reads.
 //
 // The buckets. The flat space is cut at the shard boundaries, and each shard into buckets of at most
-// --bucket-cap-mb, from the end of the flat space to its start (the order in which backward produces the
-// gradients), so that every bucket has one owner. In the update's last backward (earlier micro-batches only
-// accumulate into .grad, as without sharding), a hook on each parameter's gradient accumulator counts the
-// parameter done; a bucket whose parameters are all done is copied into a buffer and gathered to its owner
+// --bucket-cap-mb and at most 1/(8 W) of the gradients (shard_bucket_bytes), from the end of the flat space
+// to its start (the order in which backward produces the gradients), so that every bucket has one owner. In
+// the update's last backward (earlier micro-batches only accumulate into .grad, as without sharding), a hook
+// on each parameter's gradient accumulator counts the parameter done; a bucket whose parameters are all done is copied into a buffer and gathered to its owner
 // (the process group's gather), and a parameter's .grad is freed once every bucket it touches has been
 // copied. Buckets are launched strictly in their order, on every rank alike, whatever order the gradients
 // complete in: c10d matches collectives by their order. At most two buckets are in flight; a third waits
@@ -65,6 +65,11 @@ std::vector<ShardReducer::Bucket> cut_buckets(const std::vector<ShardRange>& pla
 }
 
 }  // namespace
+
+int64_t shard_bucket_bytes(int64_t total_bytes, int64_t world, int64_t cap_bytes) {
+  const int64_t part = (total_bytes + 8 * world - 1) / (8 * world);
+  return std::max<int64_t>(64 << 10, std::min(cap_bytes, part));
+}
 
 ShardReducer::ShardReducer(std::vector<torch::Tensor> params, std::vector<torch::Tensor> buffers,
                            std::vector<ShardRange> plan, c10::intrusive_ptr<c10d::ProcessGroup> group,

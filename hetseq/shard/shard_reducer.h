@@ -14,6 +14,12 @@
 
 namespace hetseq {
 
+/// The largest gradient bucket under os+grad for `total_bytes` of gradients over `world` ranks: --bucket-cap-mb
+/// (`cap_bytes`), but at most a 1/(8 W) part of the gradients (and at least 64 KiB), so that the buckets a
+/// rank holds besides its shard (one being copied, two in flight, with W copies each on their owner: at
+/// most 2 W + 1) stay near a quarter of the whole gradients. Pure; the memory check uses it too.
+int64_t shard_bucket_bytes(int64_t total_bytes, int64_t world, int64_t cap_bytes);
+
 /// --zero-sharding os+grad's reducer: each rank ends an update holding only its shard of the summed
 /// gradients (shard_gradient()), and the parameters' own gradients are freed as their buckets leave.
 /// Buckets are cut at shard boundaries, so that each has one owner, and each is gathered to its owner
@@ -23,7 +29,7 @@ class ShardReducer final : public GradientReducer {
  public:
   /// `params` (every parameter that takes a gradient, in the model's order), `plan` [rank] the shard plan
   /// over them (plan_shards), `buffers` the model's buffers (rank 0's before each forward), `bucket_bytes`
-  /// the largest bucket. Hooks every parameter's gradient accumulator; every rank builds it alike.
+  /// the largest bucket (shard_bucket_bytes). Hooks every parameter's gradient accumulator; every rank builds it alike.
   ShardReducer(std::vector<torch::Tensor> params, std::vector<torch::Tensor> buffers, std::vector<ShardRange> plan,
                c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t bucket_bytes);
   ~ShardReducer() override;

@@ -44,10 +44,8 @@ namespace hetseq {
 // gather copies bits. Under --fp16/--bf16 the parameters stay float32 (autocast), so the sharded
 // state is the whole of what the optimizer keeps; there are no separate master weights.
 //
-// Not done: os+grad (each rank keeping only its slice of the reduced gradients). The c10d-style
-// reducer allreduces whole buckets into the parameters' .grad views, and the global norm and clip
-// read every gradient; a reduce-scatter with uneven splits would need buckets cut at shard
-// boundaries and a norm over partial sums, which this first step leaves out (issues 27, 38). Checkpoints:
+// os+grad (each rank keeping only its slice of the reduced gradients): Note [Sharded gradients]
+// (shard_reducer.cpp); the step there reads the reducer's shard instead of the parameters' gradients. Checkpoints:
 // see Note [Sharded optimizer state in checkpoints] (sharded_save.cpp).
 
 std::vector<int64_t> exchange_budgets(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int64_t budget_bytes,

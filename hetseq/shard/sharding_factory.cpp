@@ -30,8 +30,11 @@ std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tens
   };
   if (options.mode == ZeroSharding::kGradients) {
     auto optimizer = ShardedOptimizer::create(params, make, group, sharded, report);
-    auto shard_reducer = std::make_shared<ShardReducer>(std::move(params), options.buffers, optimizer->plan(), group,
-                                                        options.bucket_bytes);
+    int64_t total_bytes = 0;
+    for (const auto& p : params) total_bytes += static_cast<int64_t>(p.nbytes());
+    const int64_t bucket = shard_bucket_bytes(total_bytes, group->getSize(), options.bucket_bytes);
+    auto shard_reducer =
+        std::make_shared<ShardReducer>(std::move(params), options.buffers, optimizer->plan(), group, bucket);
     return std::make_unique<GradientSharding>(std::move(optimizer), std::move(shard_reducer), std::move(group));
   }
   HETSEQ_ASSERT(reducer, "make_sharding_strategy for --zero-sharding os without a reducer");

@@ -7,19 +7,21 @@ namespace hetseq {
 
 void declare_world_flags(FlagSet& flags, const WorldOptions& d) {
   flags.add_optional("distributed-world-size",
-                     "total number of workers across all nodes (default: this node's workers)")
-      .add("distributed-rank", "global rank of this node's first worker", flag_text(d.rank))
+                     "total number of workers across all nodes (default: this node's workers)").per_rank()
+      .add("distributed-rank", "global rank of this node's first worker", flag_text(d.rank)).per_rank()
       .add_optional("distributed-backend", "gloo or nccl (default: nccl with CUDA, gloo with --cpu or without CUDA)")
+      .per_rank()
       .add_optional("distributed-init-method",
-                    "tcp://HOST:PORT, file:///shared/path or env:// (Slurm's variables when unset)")
+                    "tcp://HOST:PORT, file:///shared/path or env:// (Slurm's variables when unset)").per_rank()
       .add("device-id", "device of this worker (alias --local_rank; set by the launcher)", flag_text(d.device_id))
+      .per_rank()
       .add("distributed-timeout", "seconds a collective may wait for a peer before the run fails (a lost peer)",
-           flag_text(d.timeout))
+           flag_text(d.timeout)).per_rank()
       .add_optional("rendezvous-timeout", "seconds to wait for every rank to arrive at the start, and at the end "
-                                          "(default: --distributed-timeout)")
+                                          "(default: --distributed-timeout)").per_rank()
       .add("checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint; they fail sooner, "
            "after --distributed-timeout, only if a rank that writes stops showing progress (it died or hangs)",
-           flag_text(d.checkpoint_timeout))
+           flag_text(d.checkpoint_timeout)).per_rank()
       .add_switch("debug-collectives", "check every collective across the ranks (operation, sizes, dtypes) before it "
                   "runs, so a mismatch is an error naming the rank instead of a hang; slower", d.debug_collectives);
 }

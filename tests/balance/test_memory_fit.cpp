@@ -6,6 +6,7 @@
 
 #include "hetseq/balance/allocation_peak.h"
 #include "hetseq/shard/memory_fit.h"
+#include "hetseq/shard/shard_reducer.h"
 #include "hetseq/core/error.h"
 
 using hetseq::MemoryFitOptions;
@@ -52,18 +53,25 @@ TEST_CASE("memory_needs: whole parameters and gradients, the shard's optimizer s
   padded.gather = hetseq::GatherMethod::kAllgatherPadded;
   CHECK(hetseq::memory_needs(padded)[1].gather_buffers == 4 * 488 * 4);  // 3 receive buffers and the send buffer
 
-  // os+grad: the gradients of the shard, and 2 W + 1 = 7 buckets of 100 bytes in flight, capped at the model's.
+  // os+grad: the gradients of the shard, and 2 W + 1 = 7 buckets in flight, capped at the model's gradients.
+  // The buckets are at most 1/(8 W) of the gradients and at least 64 KiB (shard_bucket_bytes).
+  CHECK(hetseq::shard_bucket_bytes(24 << 20, 3, 25 << 20) == 1 << 20);
+  CHECK(hetseq::shard_bucket_bytes(24 << 20, 3, 100 << 10) == 100 << 10);
+  CHECK(hetseq::shard_bucket_bytes(4000, 3, 25 << 20) == 64 << 10);
   auto grad = three_ranks(ZeroSharding::kGradients);
-  grad.bucket_bytes = 100;
+  grad.num_params = 6 << 20;  // 24 MiB of float32 gradients: 1 MiB buckets
   const auto os_grad = hetseq::memory_needs(grad);
+  const auto os_big = hetseq::memory_needs([&] {
+    auto o = grad;
+    o.sharding = ZeroSharding::kOptimizerState;
+    return o;
+  }());
   for (size_t r = 0; r < 3; ++r) {
-    CHECK(os_grad[r].parameters == 4000);
-    CHECK(os_grad[r].gradients == shard[r] * 4 + 700);
-    CHECK(os_grad[r].optimizer_state == shard[r] * 2 * 4);
-    CHECK(os_grad[r].gather_buffers == 488 * 4);
+    CHECK(os_grad[r].parameters == 24 << 20);
+    CHECK(os_grad[r].optimizer_state == os_big[r].optimizer_state);
+    CHECK(os_grad[r].gradients == os_big[r].optimizer_state / 2 + 7 * (1 << 20));
   }
-  grad.bucket_bytes = 1 << 20;
-  CHECK(hetseq::memory_needs(grad)[0].gradients == 256 * 4 + 4000);
+  CHECK(hetseq::memory_needs(three_ranks(ZeroSharding::kGradients))[0].gradients == 4000);  // capped
 
   const auto none = hetseq::memory_needs(three_ranks(ZeroSharding::kNone));
   for (size_t r = 0; r < 3; ++r) {

@@ -3,6 +3,7 @@
 // its --memory-budget. See Note [Sharded optimizer state].
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,10 @@ namespace {
 // The first 2500 training images of the shipped Fashion-MNIST (no validation), written once per test process.
 const std::string& zero_sharding_data() { return fashion_mnist_prefix(2500, 100); }
 
-// 3 ranks with batches 7, 13, 29 and (under os) the given budgets in GB: Adam with weight decay and
-// --clip-norm (which clips at every update here) up to update `updates`, resuming from the checkpoint in
-// `dir`/ck when there is one; the optimizer state is saved unless `save_state` is false.
+// One rank per batch size (default 3 ranks with batches 7, 13, 29) and (under os and os+grad) the given budgets
+// in GB: Adam with weight decay and --clip-norm (which clips at every update here) up to update `updates`,
+// resuming from the checkpoint in `dir`/ck when there is one; the optimizer state is saved unless `save_state`
+// is false.
 std::vector<ProcessResult> train(const std::string& dir, const std::string& sharding,
                                  const std::vector<std::string>& budgets = {"1", "1", "2"}, int updates = 30,
                                  bool save_state = false, const std::vector<std::string>& more = {},
@@ -37,9 +39,12 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
     auto args = with(mnist_train_args(zero_sharding_data(), dir + "/ck"),
                      {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update",
                       std::to_string(updates), "--disable-validation", "--max-sentences", std::to_string(batches[r]),
-                      "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
-                      "--distributed-init-method", "file://" + dir + "/rendezvous" + std::to_string(updates),
                       "--zero-sharding", sharding});
+    if (batches.size() > 1) {
+      args = with(args, {"--distributed-world-size", std::to_string(batches.size()), "--distributed-rank",
+                         std::to_string(r), "--distributed-init-method",
+                         "file://" + dir + "/rendezvous" + std::to_string(updates)});
+    }
     if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
     if (!save_state) args = with(args, {"--no-save-optimizer-state"});
     args = with(args, more);
@@ -232,28 +237,43 @@ TEST_CASE("Sharding os under --bf16 autocast trains the parameters of none, bit 
   }
 }
 
-TEST_CASE("A checkpoint of os+grad (budgets 1:1:2) resumes under os+grad with budgets 3:1:1 and under none, bit for "
-          "bit",
+TEST_CASE("A checkpoint of os+grad (budgets 1:1:2) resumes on 2 ranks under os+grad (1:3) and on 1 rank under "
+          "none as the ordinary checkpoint does, bit for bit",
           "[distributed][multiprocess][zero_shard]") {
-  TempDir straight, dir_grad, dir_none;
-  require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
-  const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
-  for (const auto* dir : {&dir_grad, &dir_none}) {
-    require_all(train(dir->path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
-  }
-  const auto saved = hetseq::load_checkpoint(dir_grad / "ck/checkpoint_last.pt");
+  // To update 15 on 3 ranks under os+grad and under none: the same weights (the test above), and checkpoints,
+  // one with the optimizer state in shard files, one ordinary.
+  TempDir sharded, ordinary;
+  require_all(train(sharded.path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
+  require_all(train(ordinary.path(), "none", {}, 15, true), "none to 15");
+  const auto saved = hetseq::load_checkpoint(sharded / "ck/checkpoint_last.pt");
   REQUIRE(saved.optimizer_shards.has_value());
   CHECK(saved.optimizer_shards->world_size == 3);
-  const auto resumed = train(dir_grad.path(), "os+grad", {"3", "1", "1"}, 30, true);
-  require_all(resumed, "resumed os+grad 3:1:1");
-  CHECK_THAT(resumed[0].err, Catch::Contains("resumed from"));
-  require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
-  const auto a = mnist_params_of(dir_grad / "ck/checkpoint_last.pt");
-  const auto b = mnist_params_of(dir_none / "ck/checkpoint_last.pt");
-  for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("parameter " << i << ": max |difference| os+grad " << (a[i] - expected[i]).abs().max().item<double>()
-                      << ", none " << (b[i] - expected[i]).abs().max().item<double>());
-    CHECK(torch::equal(a[i], expected[i]));
-    CHECK(torch::equal(b[i], expected[i]));
+  CHECK(saved.optimizer_state->count("param.0.exp_avg") == 0);
+
+  // Each resumed to update 30, from a copy: on 2 ranks (batches 20, 29; os+grad with budgets 1:3, and none from
+  // the ordinary checkpoint) and on 1 rank (batch 49, none).
+  TempDir s2, o2, s1, o1;
+  for (const auto& [from, to] : std::vector<std::pair<const TempDir*, const TempDir*>>{
+           {&sharded, &s2}, {&ordinary, &o2}, {&sharded, &s1}, {&ordinary, &o1}}) {
+    std::filesystem::copy(from->path() + "/ck", to->path() + "/ck", std::filesystem::copy_options::recursive);
+  }
+  const auto s2r = train(s2.path(), "os+grad", {"1", "3"}, 30, true, {}, {20, 29});
+  require_all(s2r, "os+grad checkpoint to 2 ranks, os+grad 1:3");
+  CHECK_THAT(s2r[0].err, Catch::Contains("resumed from"));
+  require_all(train(o2.path(), "none", {}, 30, true, {}, {20, 29}), "ordinary checkpoint to 2 ranks, none");
+  require_all(train(s1.path(), "none", {}, 30, true, {}, {49}), "os+grad checkpoint to 1 rank, none");
+  require_all(train(o1.path(), "none", {}, 30, true, {}, {49}), "ordinary checkpoint to 1 rank, none");
+  const auto resaved = hetseq::load_checkpoint(s2 / "ck/checkpoint_last.pt");
+  REQUIRE(resaved.optimizer_shards.has_value());
+  CHECK(resaved.optimizer_shards->world_size == 2);
+  const auto a = mnist_params_of(s2 / "ck/checkpoint_last.pt");
+  const auto a_ordinary = mnist_params_of(o2 / "ck/checkpoint_last.pt");
+  const auto b = mnist_params_of(s1 / "ck/checkpoint_last.pt");
+  const auto b_ordinary = mnist_params_of(o1 / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| 2 ranks " << (a[i] - a_ordinary[i]).abs().max().item<double>()
+                      << ", 1 rank " << (b[i] - b_ordinary[i]).abs().max().item<double>());
+    CHECK(torch::equal(a[i], a_ordinary[i]));
+    CHECK(torch::equal(b[i], b_ordinary[i]));
   }
 }
