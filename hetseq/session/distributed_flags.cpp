@@ -27,8 +27,8 @@ void declare_distributed_flags(FlagSet& flags, const DistributedOptions& d) {
   const std::string budget_help =
       "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os and os+grad shards are "
       "proportional to the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable "
-      "and the cgroup limit). A rank whose parameters, gradients, optimizer state (shard) and measured activations do not fit "
-      "stops before training, naming the bytes";
+      "and the cgroup limit). A rank whose parameters, gradients, optimizer state (shard) and measured "
+      "activations do not fit stops before training, naming the bytes";
   if (d.memory_budget_bytes) {
     flags.add("memory-budget", budget_help,
               flag_text(static_cast<double>(*d.memory_budget_bytes) / static_cast<double>(int64_t{1} << 30)))

@@ -19,17 +19,17 @@ namespace hetseq {
 // the elements [first_r, first_r + numel_r) of the flat space in which Note [Sharded optimizer state] lays the
 // parameters end to end, cut in proportion to the memory budgets. That is all its optimizer step reads.
 //
-// The buckets. The flat space is cut at the shard boundaries, and each shard into buckets of at most
-// --bucket-cap-mb and at most 1/(8 W) of the gradients (shard_bucket_bytes), from the end of the flat space
-// to its start (the order in which backward produces the gradients), so that every bucket has one owner. In
-// the update's last backward (earlier micro-batches only accumulate into .grad, as without sharding), a hook
-// on each parameter's gradient accumulator counts the parameter done; a bucket whose parameters are all done is copied into a buffer and gathered to its owner
-// (the process group's gather), and a parameter's .grad is freed once every bucket it touches has been
-// copied. Buckets are launched strictly in their order, on every rank alike, whatever order the gradients
-// complete in: c10d matches collectives by their order. At most two buckets are in flight; a third waits
-// for the oldest. finish_update() launches what is left (a parameter with no gradient on this rank gives
-// zeros), finishes every bucket and frees every .grad. So a rank holds, besides its shard, the gradients of
-// the buckets being filled and at most two buckets in flight (with W copies each on their owner).
+// The buckets. The flat space is cut at the shard boundaries, and each shard into buckets of at most --bucket-cap-mb
+// and at most 1/(8 W) of the gradients (shard_bucket_bytes), from the end of the flat space to its start (the order
+// in which backward produces the gradients), so that every bucket has one owner. In the update's last backward
+// (earlier micro-batches only accumulate into .grad, as without sharding), a hook on each parameter's gradient
+// accumulator counts the parameter done; a bucket whose parameters are all done is copied into a buffer and gathered
+// to its owner (the process group's gather), and a parameter's .grad is freed once every bucket it touches has been
+// copied. Buckets are launched strictly in their order, on every rank alike, whatever order the gradients complete
+// in: c10d matches collectives by their order. At most two buckets are in flight; a third waits for the oldest.
+// finish_update() launches what is left (a parameter with no gradient on this rank gives zeros), finishes every
+// bucket and frees every .grad. So a rank holds, besides its shard, the gradients of the buckets being filled and at
+// most two buckets in flight (with W copies each on their owner).
 //
 // The sum. The owner adds the W copies of a bucket in rank order, ((g_0 + g_1) + g_2) ..., into its shard:
 // the order of the shared-memory reduction (Note [Shared-memory reduction]), so that on one machine the
