@@ -56,7 +56,7 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
 }  // namespace
 
 TEST_CASE("Sharding os and os+grad with budgets 1:1:2 and batches 16/24/40 train the parameters of --zero-sharding "
-          "none, bit for bit; os+grad's ranks hold their shard of the gradients",
+          "none, bit for bit, and os+grad's ranks hold their shard of the gradients",
           "[distributed][multiprocess][zero_shard]") {
   const std::vector<int> batches{16, 24, 40};
   TempDir none_dir, os_dir, grad_dir;
@@ -171,16 +171,14 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
   CHECK_THAT(mismatch[0].err + mismatch[1].err, Catch::Contains("--zero-sharding"));
 }
 
-TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under other budgets, under the other mode, "
-          "on 2 ranks (1:3) and under none, bit for bit",
+TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under other budgets, on 2 ranks (1:3) and "
+          "under none, bit for bit",
           "[distributed][multiprocess][zero_shard]") {
   namespace fs = std::filesystem;
   TempDir straight, dir_os, dir_none, dir_grad, os_two, grad_two;
   require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
   const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
-  for (const auto* dir : {&dir_os, &dir_none}) {
-    require_all(train(dir->path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
-  }
+  require_all(train(dir_os.path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
   require_all(train(dir_grad.path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
   // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/distributed/
   // test_sharded_checkpoint.cpp checks them); the file itself has the scalars. os+grad writes the same.
@@ -191,26 +189,22 @@ TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under oth
     REQUIRE(saved.optimizer_shards.has_value());
     CHECK(saved.optimizer_shards->world_size == 3);
   }
+  fs::copy(dir_os / "ck", dir_none / "ck", fs::copy_options::recursive);
   fs::copy(dir_os / "ck", os_two / "ck", fs::copy_options::recursive);
   fs::copy(dir_grad / "ck", grad_two / "ck", fs::copy_options::recursive);
 
-  // On 3 ranks to update 30: os under budgets 3:1:1, none, and the os+grad checkpoint under os: each the run
-  // that never stopped.
+  // On 3 ranks to update 30: os under budgets 3:1:1, and none: each the run that never stopped.
   const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 30, true);
   require_all(os, "resumed os 3:1:1");
   CHECK_THAT(os[0].err, Catch::Contains("resumed from"));
   require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
-  require_all(train(dir_grad.path(), "os", {"3", "1", "1"}, 30, true), "os+grad checkpoint resumed under os 3:1:1");
   const auto a = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
   const auto b = mnist_params_of(dir_none / "ck/checkpoint_last.pt");
-  const auto c = mnist_params_of(dir_grad / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("parameter " << i << ": max |difference| os " << (a[i] - expected[i]).abs().max().item<double>()
-                      << ", none " << (b[i] - expected[i]).abs().max().item<double>() << ", from os+grad "
-                      << (c[i] - expected[i]).abs().max().item<double>());
+                      << ", none " << (b[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(a[i], expected[i]));
     CHECK(torch::equal(b[i], expected[i]));
-    CHECK(torch::equal(c[i], expected[i]));
   }
 
   // On 2 ranks (batches 20, 29) to update 30: the os+grad checkpoint under os+grad with budgets 1:3, and the os
