@@ -224,19 +224,26 @@ TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under oth
   }
 }
 
-TEST_CASE("Sharding os under --bf16 autocast trains the parameters of none, bit for bit",
+TEST_CASE("Sharding os and os+grad under --bf16 autocast, 2 micro-batches an update, train the parameters of none, "
+          "bit for bit",
           "[distributed][multiprocess][zero_shard]") {
   // The parameters and the optimizer state stay float32 under autocast: sharding sees what it sees without it.
-  TempDir none_dir, os_dir;
-  require_all(train(none_dir.path(), "none", {}, 6, false, {"--bf16"}), "none --bf16");
-  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 6, false, {"--bf16"});
+  // Under os+grad the first micro-batch's gradients accumulate in .grad, the second's backward sends them.
+  const std::vector<std::string> more{"--bf16", "--update-freq", "2"};
+  TempDir none_dir, os_dir, grad_dir;
+  require_all(train(none_dir.path(), "none", {}, 6, false, more), "none --bf16");
+  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 6, false, more);
   require_all(os, "os --bf16");
   CHECK_THAT(os[0].err, Catch::Contains("[bf16] bfloat16 forward passes"));
   CHECK(json_lines(os[0].out, "shard").size() == 3);
+  require_all(train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 6, false, more), "os+grad --bf16");
   const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
   const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
+  const auto got_grad = mnist_params_of(grad_dir / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
+    INFO("parameter " << i << ": max |difference| os " << (got[i] - expected[i]).abs().max().item<double>()
+                      << ", os+grad " << (got_grad[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(got[i], expected[i]));
+    CHECK(torch::equal(got_grad[i], expected[i]));
   }
 }
