@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <regex>
 #include <set>
@@ -142,13 +143,24 @@ TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to 
           "[balance][multiprocess][resume]") {
   TempDir dir;
   write_random_mnist(dir.path(), 1000, 10);
+  // Rank 0 sleeps 40 ms a micro-batch (about 15% of its update), so that the split the balancer keeps at
+  // update 8 is not the equal one, whatever the machine's noise: with three ranks of one speed it came back
+  // to [64,64,64] at times, and the resume then proved nothing (the check below failed).
+  {
+    std::ofstream delay(dir / "delay_ms");
+    delay << 40;
+  }
+  auto slow_rank_0 = [&](std::vector<std::vector<std::string>> commands) {
+    commands[0].insert(commands[0].begin(), {"/usr/bin/env", "HETSEQ_TEST_MICRO_BATCH_DELAY=" + (dir / "delay_ms")});
+    return commands;
+  };
   // Re-plans at updates 4, 8 and 12; a checkpoint at update 10 holds the split of update 8, and the run
   // resumed from it trains updates 11 and 12 with that split, as the run never stopped does.
   const auto straight = run_processes(
-      three_ranks(with(run_args(dir.path(), dir / "straight"),
-                       {"--max-update", "12", "--save-interval-updates", "10", "--balance-interval", "4",
-                        "--balance-threshold", "0"}),
-                  dir / "rendezvous1"),
+      slow_rank_0(three_ranks(with(run_args(dir.path(), dir / "straight"),
+                                   {"--max-update", "12", "--save-interval-updates", "10", "--balance-interval", "4",
+                                    "--balance-threshold", "0"}),
+                              dir / "rendezvous1")),
       300s);
   for (size_t r = 0; r < straight.size(); ++r) require_success(straight[r], "uninterrupted rank " + std::to_string(r));
   const auto at10 = hetseq::load_checkpoint(dir / "straight/checkpoint_2_10.pt");
@@ -159,10 +171,10 @@ TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to 
   CHECK(at10.data_plan.shares != std::vector<int64_t>{64, 64, 64});
 
   const auto resumed = run_processes(
-      three_ranks(with(run_args(dir.path(), dir / "resumed"),
-                       {"--max-update", "12", "--balance-interval", "4", "--balance-threshold", "0", "--restore-file",
-                        dir / "straight/checkpoint_2_10.pt"}),
-                  dir / "rendezvous2"),
+      slow_rank_0(three_ranks(with(run_args(dir.path(), dir / "resumed"),
+                                   {"--max-update", "12", "--balance-interval", "4", "--balance-threshold", "0",
+                                    "--restore-file", dir / "straight/checkpoint_2_10.pt"}),
+                              dir / "rendezvous2")),
       300s);
   for (size_t r = 0; r < resumed.size(); ++r) require_success(resumed[r], "resumed rank " + std::to_string(r));
   CHECK_THAT(resumed[0].err, Catch::Contains(fmt::format("continuing with the checkpoint's split [{}]",
