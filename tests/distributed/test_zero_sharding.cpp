@@ -229,14 +229,15 @@ TEST_CASE("Sharding os and os+grad under --bf16 autocast, 2 micro-batches an upd
           "[distributed][multiprocess][zero_shard]") {
   // The parameters and the optimizer state stay float32 under autocast: sharding sees what it sees without it.
   // Under os+grad the first micro-batch's gradients accumulate in .grad, the second's backward sends them.
+  // 3 updates: bf16 on a CPU is slow (3 runs of 6 such updates took 48 s of the suite).
   const std::vector<std::string> more{"--bf16", "--update-freq", "2"};
   TempDir none_dir, os_dir, grad_dir;
-  require_all(train(none_dir.path(), "none", {}, 6, false, more), "none --bf16");
-  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 6, false, more);
+  require_all(train(none_dir.path(), "none", {}, 3, false, more), "none --bf16");
+  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 3, false, more);
   require_all(os, "os --bf16");
   CHECK_THAT(os[0].err, Catch::Contains("[bf16] bfloat16 forward passes"));
   CHECK(json_lines(os[0].out, "shard").size() == 3);
-  require_all(train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 6, false, more), "os+grad --bf16");
+  require_all(train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 3, false, more), "os+grad --bf16");
   const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
   const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
   const auto got_grad = mnist_params_of(grad_dir / "ck/checkpoint_last.pt");
