@@ -364,18 +364,23 @@ void DistributedReducer::forget_unused_gradients() {
   }
 }
 
-void DistributedReducer::before_forward() {
-  if (!options_.broadcast_buffers || buffers_.empty()) return;  // the same model, so the same choice on every rank
-  const TraceSpan span(tracer_.get(), "broadcast_buffers");
+void broadcast_model_buffers(const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::vector<torch::Tensor>& buffers,
+                             int64_t rank, int64_t world_size) {
   try {
     torch::NoGradGuard no_grad;
-    c10d::broadcast_coalesced(update_group_, buffers_, kBroadcastBucketBytes, 0);
+    c10d::broadcast_coalesced(group, buffers, kBroadcastBucketBytes, 0);
   } catch (const std::exception& e) {
     throw PeerError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
                                  "died, fell behind past the process group's timeout, or reached a different "
                                  "collective)",
-                                 rank_, world_size_, buffers_.size(), e.what()));
+                                 rank, world_size, buffers.size(), e.what()));
   }
+}
+
+void DistributedReducer::before_forward() {
+  if (!options_.broadcast_buffers || buffers_.empty()) return;  // the same model, so the same choice on every rank
+  const TraceSpan span(tracer_.get(), "broadcast_buffers");
+  broadcast_model_buffers(update_group_, buffers_, rank_, world_size_);
 }
 
 void DistributedReducer::set_members(const std::vector<int64_t>& members,

@@ -26,6 +26,12 @@ struct CommClock;
 }  // namespace detail
 class BucketHook;
 
+/// Rank 0's `buffers` (a model's running statistics) to every rank of `group`, in place: what a reducer's
+/// before_forward() does each update (DDP's broadcast_buffers). Throws hetseq::PeerError naming `rank` of
+/// `world_size` when a peer is lost.
+void broadcast_model_buffers(const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::vector<torch::Tensor>& buffers,
+                             int64_t rank, int64_t world_size);
+
 /// Data-parallel gradient reduction over a c10d process group, driven by LibTorch's own c10d::Reducer
 /// (the engine behind PyTorch's DistributedDataParallel): gradients are summed over the ranks in
 /// buckets whose allreduces start during backward. See Note [Bucketed reduction] and

@@ -5,10 +5,10 @@
 
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/world/lost_peer.h"
 
 namespace hetseq {
@@ -137,15 +137,7 @@ std::vector<torch::Tensor> ShardReducer::shard_gradient_views(const std::vector<
 
 void ShardReducer::before_forward() {
   if (buffers_.empty()) return;  // the same model, so the same choice on every rank
-  try {
-    torch::NoGradGuard no_grad;
-    c10d::broadcast_coalesced(group_, buffers_, 1 << 20, 0);
-  } catch (const std::exception& e) {
-    throw PeerError(fmt::format("rank {} of {}: broadcasting the model's {} buffers from rank 0 failed: {} (a peer "
-                                "died, fell behind past the process group's timeout, or reached a different "
-                                "collective)",
-                                rank_, group_->getSize(), buffers_.size(), e.what()));
-  }
+  broadcast_model_buffers(group_, buffers_, rank_, group_->getSize());
 }
 
 void ShardReducer::before_backward(int64_t index, int64_t count, const torch::Tensor&, const SampleCount&) {
