@@ -22,12 +22,13 @@ void OptimizationOptions::validate() const {
   }
 }
 
-// --zero-sharding os+grad reduces plain sums of buckets to their owners (Note [Sharded gradients]): the comm
-// hooks, the shared-memory path and unused parameters belong to the allreduce reducer.
+// --zero-sharding os+grad and full reduce plain sums of buckets to their owners (Note [Sharded gradients]): the
+// comm hooks, the shared-memory path and unused parameters belong to the allreduce reducer.
 void DistributedOptions::validate() const {
-  if (zero_sharding != ZeroSharding::kGradients) return;
-  auto refuse = [](const std::string& what) {
-    throw UsageError(fmt::format("--zero-sharding os+grad: {}; each bucket is summed to the rank that owns it", what));
+  if (!shards_gradients(zero_sharding)) return;
+  const std::string mode = to_string(zero_sharding);
+  auto refuse = [&mode](const std::string& what) {
+    throw UsageError(fmt::format("--zero-sharding {}: {}; each bucket is summed to the rank that owns it", mode, what));
   };
   if (ddp.comm_hook != CommHook::kNone) {
     refuse(fmt::format("--ddp-comm-hook {} is not supported with it, use --ddp-comm-hook none",

@@ -31,6 +31,7 @@
 #include "hetseq/channel/clock_sync.h"
 #include "hetseq/shard/optimizer_shards.h"
 #include "hetseq/shard/sharding_factory.h"
+#include "hetseq/shard/unit_gather.h"
 #include "hetseq/observe/json_log_sink.h"
 #include "hetseq/balance/rank_summary.h"
 #include "hetseq/balance/sit_out_roster.h"
@@ -234,23 +235,43 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.shared_memory_timeout = o_.distributed.world.timeout;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
-  if (o_.distributed.zero_sharding == ZeroSharding::kGradients) {
+  if (shards_gradients(o_.distributed.zero_sharding)) {
     check_gradient_sharding();
     return;  // the sharding strategy builds its own reducer (Note [Sharded gradients])
   }
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
 }
 
-// --zero-sharding os+grad hooks every parameter's gradient accumulator (Note [Sharded gradients]); the flags
-// it cannot honour were refused where they came in (DistributedOptions::validate).
+// --zero-sharding os+grad and full hook every parameter's gradient accumulator (Note [Sharded gradients]); the
+// flags they cannot honour were refused where they came in (DistributedOptions::validate).
 void TrainSession::check_gradient_sharding() const {
+  const std::string mode = to_string(o_.distributed.zero_sharding);
   for (const auto& p : model_->parameters()) {
     if (!p.requires_grad()) {
-      throw UsageError(fmt::format("--zero-sharding os+grad: task {}'s model has a parameter that takes no gradient; "
-                                   "every parameter must take one under os+grad (use os)",
-                                   o_.common.task));
+      throw UsageError(fmt::format("--zero-sharding {}: task {}'s model has a parameter that takes no gradient; "
+                                   "every parameter must take one under {} (use os)",
+                                   mode, o_.common.task, mode));
     }
   }
+}
+
+// --zero-sharding full: which unit holds each parameter, and the units' own process group (Note [Sharded
+// parameters]).
+void TrainSession::add_units(ShardingOptions& sharding) const {
+  if (sharding.mode != ZeroSharding::kFull || !world_.distributed()) return;
+  sharding.unit_of = parameter_units(*model_);
+  sharding.unit_group = world_.role_group("unit-gather");
+  auto* shardable = dynamic_cast<ShardableModel*>(model_.get());
+  if (shardable) {
+    sharding.set_unit_runner = [shardable](std::shared_ptr<UnitRunner> runner) {
+      shardable->set_unit_runner(std::move(runner));
+    };
+  }
+  const UnitSizes sizes = unit_sizes(*model_);
+  log::info("[zero] full: {} unit(s) of task {}'s model gathered around their passes (the largest {} parameters); "
+            "{} parameters in no unit stay whole on every rank{}",
+            sizes.units, o_.common.task, sizes.largest, sizes.root,
+            shardable ? "" : " (the model names no units: it is not a ShardableModel)");
 }
 
 void TrainSession::build_controller() {
@@ -263,6 +284,7 @@ void TrainSession::build_controller() {
   sharding.json = o_.common.log_format == LogFormat::kJson;
   sharding.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
   sharding.buffers = o_.distributed.ddp.broadcast_buffers ? model_->buffers() : std::vector<torch::Tensor>{};
+  add_units(sharding);
   std::unique_ptr<ShardingStrategy> strategy =
       make_sharding_strategy(model_->parameters(), o_.optimization.make_optimizer, reducer_,
                              world_.distributed() ? world_.group() : nullptr, sharding);
@@ -273,6 +295,11 @@ void TrainSession::build_controller() {
   copts.rank = world_.rank();
   copts.device = world_.device();
   copts.cuda_graph = o_.common.cuda_graph;
+  if (copts.cuda_graph && sharding.mode == ZeroSharding::kFull && world_.distributed()) {
+    log::info("[cuda-graph] --zero-sharding full gathers parameters between the kernels of a pass: training "
+              "uncaptured");
+    copts.cuda_graph = false;
+  }
   const MixedPrecisionOptions& mp = o_.mixed_precision;
   copts.precision = mp.precision;
   if (mp.precision == Precision::kFloat16) {
@@ -328,6 +355,7 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
     }
   }
   if (!world_.distributed()) return;
+  controller_->sharding().collect_model(/*keep=*/true);  // under full, the whole model for the state's digest
   check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
                     state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))),
                     "the training state at start (model, optimizer, schedule, position)",
@@ -369,6 +397,7 @@ void TrainSession::build_loop() {
   vopts.device = world_.device();
   vopts.precision = o_.mixed_precision.precision;
   vopts.num_workers = o_.dataset.num_workers;
+  vopts.stand_ins = controller_->sharding().needs_stand_ins();
   validator_ = std::make_unique<Validator>(*task_, channel_, schedule_->valid_plan(), vopts);
   TrainingLoopParts parts{controller_.get(), schedule_.get(), train_data_, valid_data_, validator_.get(),
                           checkpointer_.get(), /*tracer=*/nullptr};  // set below with --trace-dir

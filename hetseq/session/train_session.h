@@ -7,6 +7,7 @@
 
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/shard/memory_fit.h"
+#include "hetseq/shard/sharding_factory.h"
 #include "hetseq/balance/sit_out_roster.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"
@@ -58,6 +59,7 @@ class TrainSession {
   void build_controller();
   /// Throws hetseq::UsageError where the model cannot go under --zero-sharding os+grad.
   void check_gradient_sharding() const;
+  void add_units(ShardingOptions& sharding) const;
   void resume(const std::map<std::string, std::string>& compared);
   int64_t probe_cap(int64_t batch_size);
   RankMemoryBudget measure_memory(int64_t batch_size);

@@ -10,6 +10,7 @@
 #include "hetseq/core/logging.h"
 #include "hetseq/session/train_session.h"
 #include "hetseq/shard/sharded_optimizer.h"
+#include "hetseq/shard/unit_gather.h"
 #include "hetseq/train/precision.h"
 
 namespace hetseq {
@@ -96,6 +97,12 @@ void TrainSession::check_memory() {
   m.gather = ShardedOptimizerOptions{}.gather;
   m.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
   m.ranks = memory_;
+  if (m.sharding == ZeroSharding::kFull) {
+    const UnitSizes sizes = unit_sizes(*model_);
+    m.root_numel = sizes.root;
+    m.largest_unit_numel = sizes.largest;
+    m.rank0_copies_model = !o_.checkpoint.save.no_save && world_.device().is_cpu();
+  }
   const std::vector<MemoryNeed> needs = memory_needs(m);
   if (world_.rank() == 0) {
     for (size_t r = 0; r < needs.size(); ++r) {

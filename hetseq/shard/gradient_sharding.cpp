@@ -13,9 +13,9 @@ GradientSharding::GradientSharding(std::unique_ptr<ShardedOptimizer> optimizer, 
   optimizer_->use_gradients(gradients_);
 }
 
-torch::Tensor GradientSharding::global_norm(const torch::Tensor& local) {
+torch::Tensor global_norm_of_shards(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const torch::Tensor& local) {
   std::vector<torch::Tensor> squares{local.square().reshape({1})};
-  wait_for_peers(group_->allreduce(squares), group_->getRank(), group_->getSize(),
+  wait_for_peers(group->allreduce(squares), group->getRank(), group->getSize(),
                  "allreduce of the gradient shards' squared norms");
   return squares[0].sqrt().reshape({});
 }

@@ -51,7 +51,8 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
   const int64_t e = options.element_bytes;
   const int64_t whole = options.num_params * e;
   const bool sharded = shards_state(options.sharding) && world > 1;
-  const bool sharded_grads = options.sharding == ZeroSharding::kGradients && world > 1;
+  const bool sharded_grads = shards_gradients(options.sharding) && world > 1;
+  const bool full = options.sharding == ZeroSharding::kFull && world > 1;
   std::vector<ShardRange> plan;  // [rank]
   if (sharded) {
     std::vector<int64_t> budgets;
@@ -59,7 +60,7 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
     plan = plan_shards(budgets, options.num_params, options.alignment);
   }
   int64_t gather = 0;
-  if (sharded) {
+  if (sharded && !full) {
     int64_t largest = 0;
     for (const ShardRange& s : plan) largest = std::max(largest, s.numel);
     gather = options.gather == GatherMethod::kBroadcastPerRank ? largest : (world + 1) * largest;
@@ -68,8 +69,11 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
   for (int64_t r = 0; r < world; ++r) {
     const RankMemoryBudget& b = options.ranks[static_cast<size_t>(r)];
     MemoryNeed n;
-    n.parameters = b.from_free_memory ? 0 : whole;
     const int64_t shard = sharded ? plan[static_cast<size_t>(r)].numel : options.num_params;
+    // full: its shard, the root's parameters, and two units gathered at once (Note [Sharded parameters]).
+    const int64_t held = full ? std::min(whole, (shard + options.root_numel + 2 * options.largest_unit_numel) * e) : whole;
+    n.parameters = b.from_free_memory ? 0 : held;
+    if (full && r == 0 && options.rank0_copies_model) n.checkpoint_copy = whole;
     // os+grad: its shard, a bucket being copied and two in flight, with W copies each on their owner (Note
     // [Sharded gradients]); never more than the whole model's.
     const int64_t bucket = shard_bucket_bytes(whole, world, options.bucket_bytes);
@@ -102,17 +106,21 @@ void check_memory_fits(const MemoryFitOptions& options) {
   const std::string remedy =
       sharded ? fmt::format("give it a larger --memory-budget (its shard of the {} grows with it, the rest does "
                             "not) or a smaller --max-sentences",
-                            options.sharding == ZeroSharding::kGradients ? "gradients and the optimizer state"
-                                                                         : "optimizer state")
+                            options.sharding == ZeroSharding::kFull        ? "parameters, gradients and optimizer state"
+                            : options.sharding == ZeroSharding::kGradients ? "gradients and the optimizer state"
+                                                                           : "optimizer state")
               : "give it a larger --memory-budget or a smaller --max-sentences, or shard the optimizer state with "
                 "--zero-sharding os";
   throw InputError(fmt::format(
       "--memory-budget: rank {} needs {} bytes but has {} bytes available ({}){}: parameters {}{}, gradients {}, "
       "{} optimizer state {} ({} buffer(s) per element{}), {}activations {} (one forward and backward of {} "
-      "samples); {}",
+      "samples){}; {}",
       r, n.total(), b.budget_bytes, source, others, n.parameters, b.from_free_memory ? " (already allocated)" : "",
       n.gradients, options.optimizer, n.optimizer_state, options.state_buffers, sharded ? ", its shard" : "",
       sharded ? fmt::format("shard gather buffers {}, ", n.gather_buffers) : "", n.activations, b.micro_batch,
+      n.checkpoint_copy > 0 ? fmt::format(", the whole model gathered for a checkpoint {} (--no-save saves it)",
+                                          n.checkpoint_copy)
+                            : "",
       remedy));
 }
 

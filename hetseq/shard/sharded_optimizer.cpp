@@ -100,20 +100,22 @@ std::unique_ptr<ShardedOptimizer> ShardedOptimizer::create(std::vector<torch::Te
   std::vector<ShardSlice> slices = shard_slices(numels, mine);
   std::vector<torch::Tensor> views = slice_views(params, slices);
   std::unique_ptr<optim::Optimizer> shard = make(views);
-  auto gather = std::make_unique<ShardGather>(group, std::move(plan), params, options.gather);
-  return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(params), std::move(slices), std::move(views),
-                                                                std::move(shard), std::move(gather), std::move(group),
-                                                                options.budget_bytes, std::move(report)));
+  std::unique_ptr<ShardGather> gather;
+  if (options.gather_parameters) gather = std::make_unique<ShardGather>(group, plan, params, options.gather);
+  return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(
+      std::move(params), std::move(slices), std::move(views), std::move(shard), std::move(plan), std::move(gather),
+      std::move(group), options.budget_bytes, std::move(report)));
 }
 
 ShardedOptimizer::ShardedOptimizer(std::vector<torch::Tensor> params, std::vector<ShardSlice> slices,
                                    std::vector<torch::Tensor> views, std::unique_ptr<optim::Optimizer> shard,
-                                   std::unique_ptr<ShardGather> gather, c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                   int64_t budget_bytes, Report report)
+                                   std::vector<ShardRange> plan, std::unique_ptr<ShardGather> gather,
+                                   c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t budget_bytes, Report report)
     : Optimizer(std::move(params), shard->lr()),
       slices_(std::move(slices)),
       views_(std::move(views)),
       shard_(std::move(shard)),
+      plan_(std::move(plan)),
       gather_(std::move(gather)),
       group_(std::move(group)),
       budget_bytes_(budget_bytes),
@@ -150,8 +152,25 @@ void ShardedOptimizer::use_gradients(std::vector<torch::Tensor> grads) {
 }
 
 void ShardedOptimizer::gather() {
-  gather_->gather();
-  if (!reported_) report_plan();
+  if (gather_) gather_->gather();
+  report_once();
+}
+
+void ShardedOptimizer::use_parameter_shard(const torch::Tensor& shard) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> first;  // [param] its first element in the flat space
+  int64_t total = 0;
+  for (const auto& p : params()) {
+    first.push_back(total);
+    total += p.numel();
+  }
+  const int64_t start = this->shard().first;
+  HETSEQ_ASSERT(shard.numel() == this->shard().numel, "a parameter shard of {} elements for a shard of {}",
+                shard.numel(), this->shard().numel);
+  for (size_t k = 0; k < views_.size(); ++k) {
+    const ShardSlice& s = slices_[k];
+    views_[k].set_data(shard.narrow(0, first[s.param] + s.offset - start, s.numel));
+  }
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
@@ -174,6 +193,7 @@ void ShardedOptimizer::report_plan() {
     param_bytes += static_cast<int64_t>(p.nbytes());
     if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
   }
+  if (held_param_bytes_) param_bytes = held_param_bytes_();
   for (const auto& g : shard_grads_) grad_bytes += static_cast<int64_t>(g.nbytes());
   const ShardReport figures{static_cast<int64_t>(group_->getRank()), mine.first, mine.numel, state_bytes(),
                             budget_bytes_, param_bytes, grad_bytes};

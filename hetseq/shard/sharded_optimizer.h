@@ -20,6 +20,9 @@ struct ShardedOptimizerOptions {
   int64_t budget_bytes = 0;  // --memory-budget (default: the free memory; see free_memory_bytes)
   int64_t alignment = 16;    // shard boundaries are multiples of this many elements
   GatherMethod gather = GatherMethod::kBroadcastPerRank;  // See Note [Gathering uneven shards]
+  /// Whether gather() gathers the updated shards into the parameters (`os`, `os+grad`); under `full` the
+  /// units gather what they need (UnitGather), and no gather buffer is kept.
+  bool gather_parameters = true;
 };
 
 /// A collective over `group`: every rank's memory budget, [rank], exchanged on `device` (NCCL wants CUDA
@@ -81,11 +84,20 @@ class ShardedOptimizer final : public optim::Optimizer {
   void use_gradients(std::vector<torch::Tensor> grads);
   /// Where each view lies in the parameters ([view]).
   const std::vector<ShardSlice>& slices() const { return slices_; }
+  /// Under full: the views become views of `shard` (this rank's shard of the flat space, holding the same
+  /// values), which the step then updates in place; the parameters' storage is the units' (UnitGather).
+  void use_parameter_shard(const torch::Tensor& shard);
+  /// Under full: what the plan's report counts as this rank's parameter bytes (its shard and the root).
+  void count_parameters_with(std::function<int64_t()> held) { held_param_bytes_ = std::move(held); }
+  /// The plan's report, once (gather() calls it; under full the strategy does).
+  void report_once() {
+    if (!reported_) report_plan();
+  }
 
   /// This rank's shard of the flat parameter space.
-  ShardRange shard() const { return gather_->plan()[static_cast<size_t>(gather_->rank())]; }
+  ShardRange shard() const { return plan_[static_cast<size_t>(group_->getRank())]; }
   /// Every rank's shard. [rank]
-  const std::vector<ShardRange>& plan() const { return gather_->plan(); }
+  const std::vector<ShardRange>& plan() const { return plan_; }
   /// Bytes of the optimizer state this rank holds (its buffers' tensors).
   int64_t state_bytes() const;
 
@@ -94,14 +106,17 @@ class ShardedOptimizer final : public optim::Optimizer {
 
  private:
   ShardedOptimizer(std::vector<torch::Tensor> params, std::vector<ShardSlice> slices, std::vector<torch::Tensor> views,
-                   std::unique_ptr<optim::Optimizer> shard, std::unique_ptr<ShardGather> gather,
-                   c10::intrusive_ptr<c10d::ProcessGroup> group, int64_t budget_bytes, Report report);
+                   std::unique_ptr<optim::Optimizer> shard, std::vector<ShardRange> plan,
+                   std::unique_ptr<ShardGather> gather, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                   int64_t budget_bytes, Report report);
   void report_plan();
 
   std::vector<ShardSlice> slices_;   // [shard tensor] where each view lies in the parameters
   std::vector<torch::Tensor> views_;  // [shard tensor] views of the parameters, the shard optimizer's parameters
   std::unique_ptr<optim::Optimizer> shard_;
-  std::unique_ptr<ShardGather> gather_;
+  std::vector<ShardRange> plan_;          // [rank]
+  std::unique_ptr<ShardGather> gather_;  // null under full
+  std::function<int64_t()> held_param_bytes_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   int64_t budget_bytes_;
   Report report_;

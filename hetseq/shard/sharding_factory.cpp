@@ -5,6 +5,7 @@
 #include "hetseq/shard/gradient_sharding.h"
 #include "hetseq/shard/no_sharding.h"
 #include "hetseq/shard/optimizer_state_sharding.h"
+#include "hetseq/shard/parameter_sharding.h"
 
 namespace hetseq {
 
@@ -28,14 +29,28 @@ std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tens
   auto report = [json, rank](const std::vector<ShardReport>& ranks) {
     if (rank == 0) print_shard_reports(ranks, json);
   };
-  if (options.mode == ZeroSharding::kGradients) {
+  if (shards_gradients(options.mode)) {
+    const bool full = options.mode == ZeroSharding::kFull;
+    sharded.gather_parameters = !full;
     auto optimizer = ShardedOptimizer::create(params, make, group, sharded, report);
     int64_t total_bytes = 0;
     for (const auto& p : params) total_bytes += static_cast<int64_t>(p.nbytes());
     const int64_t bucket = shard_bucket_bytes(total_bytes, group->getSize(), options.bucket_bytes);
+    std::shared_ptr<UnitGather> units;
+    if (full) {
+      HETSEQ_ASSERT(options.unit_group, "--zero-sharding full without the units' process group");
+      const std::vector<int64_t> unit_of =
+          options.unit_of.empty() ? std::vector<int64_t>(params.size(), -1) : options.unit_of;
+      units = std::make_shared<UnitGather>(params, unit_of, optimizer->plan(), options.unit_group);
+    }
     auto shard_reducer =
         std::make_shared<ShardReducer>(std::move(params), options.buffers, optimizer->plan(), group, bucket);
-    return std::make_unique<GradientSharding>(std::move(optimizer), std::move(shard_reducer), std::move(group));
+    if (!full) {
+      return std::make_unique<GradientSharding>(std::move(optimizer), std::move(shard_reducer), std::move(group));
+    }
+    if (options.set_unit_runner) options.set_unit_runner(units);
+    return std::make_unique<ParameterSharding>(std::move(optimizer), std::move(shard_reducer), std::move(units),
+                                               std::move(group));
   }
   HETSEQ_ASSERT(reducer, "make_sharding_strategy for --zero-sharding os without a reducer");
   return std::make_unique<OptimizerStateSharding>(

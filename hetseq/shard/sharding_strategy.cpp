@@ -1,5 +1,7 @@
 #include "hetseq/shard/sharding_strategy.h"
 
+#include "hetseq/checkpoint/training_state.h"
+
 namespace hetseq {
 
 std::vector<torch::Tensor> ShardingStrategy::gradients() {
@@ -8,6 +10,10 @@ std::vector<torch::Tensor> ShardingStrategy::gradients() {
     if (p.grad().defined()) grads.push_back(p.grad());  // none: unused on every rank (--find-unused-parameters)
   }
   return grads;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ShardingStrategy::model_tensors(const torch::nn::Module& model) {
+  return hetseq::model_tensors(model);
 }
 
 }  // namespace hetseq

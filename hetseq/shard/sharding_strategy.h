@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include "hetseq/reduce/gradient_reducer.h"
@@ -18,7 +19,7 @@
 namespace hetseq {
 
 /// How the parameters, gradients and optimizer state are spread over the ranks, as the update sees it
-/// (one per --zero-sharding choice: NoSharding, OptimizerStateSharding, GradientSharding; make_sharding_strategy in
+/// (one per --zero-sharding choice: NoSharding, OptimizerStateSharding, GradientSharding, ParameterSharding; make_sharding_strategy in
 /// sharding_factory.h picks one). The Controller owns one and,
 /// in each update, after the backward passes that the reducer's hooks watch, calls reduce(), then
 /// (after dividing and clipping the reduced gradients) step() and gather(), every rank at the same
@@ -54,6 +55,21 @@ class ShardingStrategy {
   /// rank holds every gradient; a collective under `os+grad` (the square root of the sum of the ranks'
   /// squares), which every rank calls at the same point.
   virtual torch::Tensor global_norm(const torch::Tensor& local) { return local; }
+
+  /// Whether every rank must run as many forward and backward passes as the others, a rank without samples
+  /// running a stand-in (its last batch again, its loss times 0): under `full`, whose units are gathered
+  /// around every pass (Note [Sharded parameters]).
+  virtual bool needs_stand_ins() const { return false; }
+  /// The passes every rank runs in this update, from this rank's `mine`: a collective (the most of any
+  /// rank) where needs_stand_ins(), `mine` otherwise.
+  virtual int64_t passes(int64_t mine) { return mine; }
+
+  /// Before a save or the resume check, on every rank: a collective under `full` that gathers the whole
+  /// model unit by unit, kept (on the CPU) where `keep`; nothing where every rank holds the whole model.
+  virtual void collect_model(bool keep) { (void)keep; }
+  /// The model's tensors for a checkpoint, by name (parameters, then buffers; CPU copies): the model's own,
+  /// or under `full` what collect_model(true) gathered.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model);
 
   /// This rank's part of the optimizer's buffers for its shard file in a checkpoint (aliasing the live
   /// buffers), or nullopt where the checkpoint keeps the whole state (optimizer().state()). See Note

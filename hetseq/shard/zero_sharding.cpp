@@ -9,11 +9,8 @@ ZeroSharding parse_zero_sharding(const std::string& text) {
   if (text == "none") return ZeroSharding::kNone;
   if (text == "os") return ZeroSharding::kOptimizerState;
   if (text == "os+grad") return ZeroSharding::kGradients;
-  if (text == "full") {
-    throw UsageError("--zero-sharding: 'full' is not one of none, os, os+grad (sharding the parameters too is not "
-                     "built yet; os+grad shards the gradients and the optimizer state)");
-  }
-  throw UsageError(fmt::format("--zero-sharding: '{}' is not one of none, os, os+grad", text));
+  if (text == "full") return ZeroSharding::kFull;
+  throw UsageError(fmt::format("--zero-sharding: '{}' is not one of none, os, os+grad, full", text));
 }
 
 std::string to_string(ZeroSharding sharding) {
@@ -22,8 +19,10 @@ std::string to_string(ZeroSharding sharding) {
       return "none";
     case ZeroSharding::kOptimizerState:
       return "os";
-    default:
+    case ZeroSharding::kGradients:
       return "os+grad";
+    default:
+      return "full";
   }
 }
 

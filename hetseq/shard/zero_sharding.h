@@ -6,15 +6,19 @@
 namespace hetseq {
 
 /// --zero-sharding: what is cut into shards over the ranks. Each choice is a ShardingStrategy
-/// (make_sharding_strategy). `full` (the parameters too) is to come. See Note [Sharded optimizer state]
-/// and Note [Sharded gradients].
-enum class ZeroSharding { kNone, kOptimizerState, kGradients };
+/// (make_sharding_strategy). See Note [Sharded optimizer state], Note [Sharded gradients] and Note [Sharded
+/// parameters].
+enum class ZeroSharding { kNone, kOptimizerState, kGradients, kFull };
 
-/// Parses --zero-sharding (`none`, `os`, `os+grad`); throws hetseq::UsageError naming the flag otherwise
-/// (`full`: not built yet).
+/// Parses --zero-sharding (`none`, `os`, `os+grad`, `full`); throws hetseq::UsageError naming the flag
+/// otherwise.
 ZeroSharding parse_zero_sharding(const std::string& text);
 std::string to_string(ZeroSharding sharding);
-/// Whether each rank keeps only its shard of the optimizer state (`os` and `os+grad`).
+/// Whether each rank keeps only its shard of the optimizer state (`os`, `os+grad`, `full`).
 inline bool shards_state(ZeroSharding sharding) { return sharding != ZeroSharding::kNone; }
+/// Whether each rank keeps only its shard of the summed gradients (`os+grad`, `full`): the ShardReducer.
+inline bool shards_gradients(ZeroSharding sharding) {
+  return sharding == ZeroSharding::kGradients || sharding == ZeroSharding::kFull;
+}
 
 }  // namespace hetseq

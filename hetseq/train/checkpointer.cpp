@@ -31,6 +31,8 @@ Checkpoint Checkpointer::snapshot(Controller& controller, IteratorPosition next,
 
 void Checkpointer::save(Controller& controller, const SavePoint& point, IteratorPosition next, const DataPlan& plan) {
   last_saved_ = controller.num_updates();
+  // A collective under --zero-sharding full: the whole model, unit by unit, kept by rank 0 for its file.
+  controller.sharding().collect_model(/*keep=*/options_.rank == 0);
   // A collective: every rank hands its part of the comm hook's state to rank 0, which writes it (Note
   // [PowerSGD in checkpoints]).
   std::optional<PowerSgdState> comm_hook_state = controller.gather_comm_hook_state();

@@ -200,7 +200,7 @@ UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
   UpdateResult result;
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   sharding_->reducer().before_forward();
-  run_micro_batches(micro_batches, result.loss_scale, result.host_reads);
+  run_micro_batches(padded_for_stand_ins(micro_batches), result.loss_scale, result.host_reads);
   if (!channel_->update_started()) {
     throw InputError(fmt::format("rank {} of {}: the task's train_step returned without calling the Backward it "
                                  "was given for the update's last micro-batch; a Task::train_step must run its loss "
@@ -290,6 +290,10 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
       }
       run_backward(step.loss, k, count, loss_scale);
     };
+    if (empty && sharding_->needs_stand_ins()) {
+      stand_in_pass(backward);
+      continue;
+    }
     if (empty) {
       StepOutput zero;
       zero.loss = zero_loss();

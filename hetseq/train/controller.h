@@ -170,6 +170,13 @@ class Controller {
   void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);
   /// Zero, as a function of every parameter that takes a gradient. See Note [Empty micro-batches].
   torch::Tensor zero_loss();
+  /// Where the strategy needs every rank to run as many passes (--zero-sharding full): `micro_batches`
+  /// with empty ones in front up to the passes of the rank that runs most, and the stand-in batch kept.
+  /// Otherwise `micro_batches` itself.
+  std::vector<Batch> padded_for_stand_ins(const std::vector<Batch>& micro_batches);
+  /// An empty micro-batch's pass under --zero-sharding full: the stand-in batch's forward and backward, its
+  /// loss times 0, with the generator states put back after. See Note [Sharded parameters].
+  void stand_in_pass(const Task::Backward& backward);
   /// Divides the reduced gradients by samples x loss scale, measures their norm and clips them; sets
   /// `result.skipped` on overflow under loss scaling.
   void normalise_and_clip(double sample_size, UpdateResult& result);
@@ -209,6 +216,7 @@ class Controller {
   /// The device statistics of the update in progress that its channel round did not read (world of one).
   LogTensors late_tensors_;
   torch::Tensor late_norm_;  // the update's gradient norm on the device (float64), when read late
+  Batch stand_in_;           // --zero-sharding full: the last non-empty micro-batch (on the host)
   /// An update whose device values are on their way to the host. See Note [Reading an update late].
   struct PendingUpdate {
     UpdateResult result;

@@ -27,7 +27,7 @@ namespace hetseq {
 TrainingState Controller::state(bool with_optimizer_state) {
   read_late_update();  // a diverged last update throws here, before anything is saved
   TrainingState s;
-  s.model = model_tensors(*model_);
+  s.model = sharding_->model_tensors(*model_);  // under full, what collect_model gathered
   s.optimizer_name = sharding_->optimizer().name();
   s.optimizer_options = sharding_->optimizer().hyperparameters();
   if (with_optimizer_state) {

@@ -24,9 +24,17 @@ LogSums Validator::run(const std::shared_ptr<Dataset>& dataset, torch::nn::Modul
   model.eval();
   LogSums local;
   LogTensors on_device;  // read once, after the last batch (Note [Statistics on the device])
+  Batch stand_in;        // stand_ins: the last batch
   while (!stream.end_of_epoch()) {
     for (const Batch& batch : stream.next()) {
+      if (batch.empty() && options_.stand_ins) {
+        if (stand_in.empty()) stand_in = dataset->collate({0});
+        const AutocastGuard autocast(options_.device, options_.precision);
+        task_.valid_step(model, stand_in.to(options_.device));
+        continue;
+      }
       if (batch.empty()) continue;
+      if (options_.stand_ins) stand_in = batch;
       const AutocastGuard autocast(options_.device, options_.precision);
       StepOutput out = task_.valid_step(model, batch.to(options_.device));
       out.log["sample_size"] = out.sample_size;

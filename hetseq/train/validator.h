@@ -20,6 +20,9 @@ struct ValidatorOptions {
   torch::Device device = torch::kCPU;
   Precision precision = Precision::kFloat32;  // --fp16, --bf16: the forward passes' autocast
   int64_t num_workers = 1;                    // --num-workers: background threads that build batches
+  /// --zero-sharding full: an empty batch runs a stand-in forward (the last batch again, its output
+  /// dropped), so that every rank gathers the same units (Note [Sharded parameters]).
+  bool stand_ins = false;
 };
 
 /// Loss and the task's metrics of a model on whole splits, each cut across ranks by the validation

@@ -136,17 +136,25 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::subgroup(const std::vector<int64_t
   HETSEQ_ASSERT(it != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()),
                 "World::subgroup: rank {} not among the ranks [{}]", rank_, fmt::join(ranks, ","));
   auto& kept = subgroups_[ranks];
-  if (!kept) {
-    ProcessGroupOptions pg;
-    pg.backend = backend_;
-    pg.timeout = timeout_;
-    pg.master_host = master_host_;
-    pg.debug_collectives = debug_collectives_;
-    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("subgroup/{}", fmt::join(ranks, ",")),
-                                                        joined_->store);
-    kept = make_process_group(store, it - ranks.begin(), static_cast<int64_t>(ranks.size()), pg);
-  }
+  if (!kept) kept = group_over(fmt::format("subgroup/{}", fmt::join(ranks, ",")), it - ranks.begin(), ranks.size());
   return kept;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::role_group(const std::string& role) {
+  HETSEQ_ASSERT(joined_ && group_, "World::role_group before join()");
+  auto& kept = role_groups_[role];
+  if (!kept) kept = group_over(fmt::format("role/{}", role), rank_, static_cast<size_t>(world_size_));
+  return kept;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::group_over(const std::string& prefix, int64_t rank, size_t size) const {
+  ProcessGroupOptions pg;
+  pg.backend = backend_;
+  pg.timeout = timeout_;
+  pg.master_host = master_host_;
+  pg.debug_collectives = debug_collectives_;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, joined_->store);
+  return make_process_group(store, rank, static_cast<int64_t>(size), pg);
 }
 
 void World::leave(int exit_code) {

@@ -70,8 +70,15 @@ class World {
   /// backend and timeout. Every rank in `ranks` calls it at the same point, the others do not; each set is
   /// made once and kept, and the whole world is group().
   c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const std::vector<int64_t>& ranks);
+  /// A second process group of every rank, for `role`'s collectives (--zero-sharding full's parameter
+  /// gathers), which run beside group()'s in their own order; over the run's store with the run's backend
+  /// and timeout, made once per role. Every rank calls it at the same point.
+  c10::intrusive_ptr<c10d::ProcessGroup> role_group(const std::string& role);
 
  private:
+  // A process group over the run's store under `prefix`, this rank being `rank` of `size`.
+  c10::intrusive_ptr<c10d::ProcessGroup> group_over(const std::string& prefix, int64_t rank, size_t size) const;
+
   bool distributed_ = false;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
@@ -87,6 +94,7 @@ class World {
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> subgroups_;  // [ranks]
+  std::map<std::string, c10::intrusive_ptr<c10d::ProcessGroup>> role_groups_;          // [role]
 };
 
 }  // namespace hetseq

@@ -129,9 +129,18 @@ BertEncoderOutput BertModelImpl::forward(const torch::Tensor& input_ids, const t
   torch::Tensor attend;  // bool [B, 1, 1, S]
   if (attention_mask.defined()) attend = attention_mask.ne(0).unsqueeze(1).unsqueeze(2);
   torch::Tensor x = embeddings->forward(input_ids, token_type_ids);
-  for (const auto& layer : *layers_) x = layer->as<BertLayerImpl>()->forward(x, attend);
+  for (size_t i = 0; i < layers_->size(); ++i) {
+    auto* layer = (*layers_)[i]->as<BertLayerImpl>();
+    x = run_unit(runner_, i, [&] { return layer->forward(x, attend); });
+  }
   const torch::Tensor first = x.select(1, 0);  // [B, H]: the [CLS] token
   return BertEncoderOutput{x, torch::tanh(pooler_->forward(first))};
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> BertModelImpl::layers() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  for (const auto& layer : *layers_) out.push_back(layer);
+  return out;
 }
 
 BertForPreTrainingImpl::BertForPreTrainingImpl(const BertConfig& c) : config_(c) {

@@ -16,6 +16,8 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "hetseq/task/model_units.h"
+
 #include "tasks/bert/bert_config.h"
 
 namespace hetseq::bert {
@@ -77,11 +79,16 @@ class BertModelImpl : public torch::nn::Module {
 
   const BertConfig& config() const { return config_; }
   BertEmbeddings embeddings{nullptr};
+  /// The encoder layers, in order: the units of --zero-sharding full.
+  std::vector<std::shared_ptr<torch::nn::Module>> layers() const;
+  /// What each encoder layer runs through (run_unit); null: plainly.
+  void set_unit_runner(std::shared_ptr<UnitRunner> runner) { runner_ = std::move(runner); }
 
  private:
   BertConfig config_;
   torch::nn::ModuleList layers_{nullptr};  // registered as "encoder.layer"
   torch::nn::Linear pooler_{nullptr};      // registered as "pooler.dense"
+  std::shared_ptr<UnitRunner> runner_;
 };
 TORCH_MODULE(BertModel);
 
@@ -95,7 +102,7 @@ struct BertPreTrainingOutput {
 /// `cls.predictions` (transform dense + activation + LayerNorm, then a decoder whose weight is the word embedding
 /// matrix, tied, plus its own bias `cls.predictions.bias`) and the NSP head `cls.seq_relationship`.
 /// Parameters are initialised as BERT does (see init_bert_weights).
-class BertForPreTrainingImpl : public torch::nn::Module {
+class BertForPreTrainingImpl : public torch::nn::Module, public ShardableModel {
  public:
   explicit BertForPreTrainingImpl(const BertConfig& config);
 
@@ -106,6 +113,11 @@ class BertForPreTrainingImpl : public torch::nn::Module {
 
   const BertConfig& config() const { return config_; }
   BertModel bert{nullptr};
+
+  /// The encoder layers (--zero-sharding full, Note [Sharded parameters]); the embeddings, the pooler and the
+  /// heads (whose decoder is the word embedding matrix) are the root.
+  std::vector<std::shared_ptr<torch::nn::Module>> units() override { return bert->layers(); }
+  void set_unit_runner(std::shared_ptr<UnitRunner> runner) override { bert->set_unit_runner(std::move(runner)); }
 
  private:
   BertConfig config_;

@@ -17,15 +17,20 @@ MnistNetImpl::MnistNetImpl(const MnistNetOptions& options) : options_(options) {
 }
 
 torch::Tensor MnistNetImpl::forward(const torch::Tensor& images) {
-  torch::Tensor x = torch::relu(conv1_->forward(images));  // [N, 32, 26, 26]
-  x = torch::relu(conv2_->forward(x));                     // [N, 64, 24, 24]
-  x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));        // [N, 64, 12, 12]
+  // Each layer with parameters is a unit (units()), run through the runner under --zero-sharding full.
+  torch::Tensor x = torch::relu(run_unit(runner_, 0, [&] { return conv1_->forward(images); }));  // [N, 32, 26, 26]
+  x = torch::relu(run_unit(runner_, 1, [&] { return conv2_->forward(x); }));                     // [N, 64, 24, 24]
+  x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));                                              // [N, 64, 12, 12]
   x = dropout1_->forward(x);
-  x = torch::flatten(x, 1);                                // [N, 9216]
-  x = torch::relu(fc1_->forward(x));                       // [N, hidden]
+  x = torch::flatten(x, 1);                                                     // [N, 9216]
+  x = torch::relu(run_unit(runner_, 2, [&] { return fc1_->forward(x); }));      // [N, hidden]
   x = dropout2_->forward(x);
-  x = fc2_->forward(x);                                    // [N, 10]
+  x = run_unit(runner_, 3, [&] { return fc2_->forward(x); });                   // [N, 10]
   return F::log_softmax(x, F::LogSoftmaxFuncOptions(1));
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> MnistNetImpl::units() {
+  return {conv1_.ptr(), conv2_.ptr(), fc1_.ptr(), fc2_.ptr()};
 }
 
 }  // namespace hetseq::mnist

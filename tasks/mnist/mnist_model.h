@@ -8,6 +8,8 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "hetseq/task/model_units.h"
+
 namespace hetseq::mnist {
 
 /// Dropout probabilities of MnistNet (`--dropout p1,p2`), each in [0, 1).
@@ -20,7 +22,7 @@ struct MnistNetOptions {
 /// conv 1->32 3x3, ReLU, conv 32->64 3x3, ReLU, max-pool 2, Dropout2d(dropout1), flatten, fc 9216->128, ReLU,
 /// Dropout(dropout2), fc 128->10, log_softmax. Submodules are named as in HetSeq (`conv1`, `conv2`, `dropout1`,
 /// `dropout2`, `fc1`, `fc2`), so parameter names match its checkpoints.
-class MnistNetImpl : public torch::nn::Module {
+class MnistNetImpl : public torch::nn::Module, public ShardableModel {
  public:
   explicit MnistNetImpl(const MnistNetOptions& options = {});
 
@@ -28,6 +30,10 @@ class MnistNetImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& images);
 
   const MnistNetOptions& options() const { return options_; }
+
+  /// conv1, conv2, fc1, fc2: every parameter is in a unit (--zero-sharding full, Note [Sharded parameters]).
+  std::vector<std::shared_ptr<torch::nn::Module>> units() override;
+  void set_unit_runner(std::shared_ptr<UnitRunner> runner) override { runner_ = std::move(runner); }
 
  private:
   MnistNetOptions options_;
@@ -37,6 +43,7 @@ class MnistNetImpl : public torch::nn::Module {
   torch::nn::Dropout dropout2_{nullptr};
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
+  std::shared_ptr<UnitRunner> runner_;
 };
 
 /// The module holder of MnistNetImpl (`MnistNet net; net->forward(x)`).

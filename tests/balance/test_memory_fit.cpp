@@ -73,6 +73,25 @@ TEST_CASE("memory_needs: whole parameters and gradients, the shard's optimizer s
   }
   CHECK(hetseq::memory_needs(three_ranks(ZeroSharding::kGradients))[0].gradients == 4000);  // capped
 
+  // full: os+grad's gradients and state, and as parameters the shard, the root and two units (Note [Sharded
+  // parameters]); no gather buffer; rank 0's copy of the whole model for a checkpoint where it saves on a CPU.
+  auto full = grad;
+  full.sharding = ZeroSharding::kFull;
+  full.root_numel = 1 << 20;
+  full.largest_unit_numel = 256 << 10;
+  const auto sharded = hetseq::memory_needs(full);
+  for (size_t r = 0; r < 3; ++r) {
+    const int64_t shard = os_big[r].optimizer_state / 8;  // Adam's 2 buffers of 4 bytes per element
+    CHECK(sharded[r].parameters == 4 * (shard + (1 << 20) + 2 * (256 << 10)));
+    CHECK(sharded[r].gradients == os_grad[r].gradients);
+    CHECK(sharded[r].optimizer_state == os_grad[r].optimizer_state);
+    CHECK(sharded[r].gather_buffers == 0);
+    CHECK(sharded[r].checkpoint_copy == 0);
+  }
+  full.rank0_copies_model = true;
+  CHECK(hetseq::memory_needs(full)[0].checkpoint_copy == 24 << 20);
+  CHECK(hetseq::memory_needs(full)[1].checkpoint_copy == 0);
+
   const auto none = hetseq::memory_needs(three_ranks(ZeroSharding::kNone));
   for (size_t r = 0; r < 3; ++r) {
     CHECK(none[r].optimizer_state == 8000);

@@ -55,8 +55,8 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
 
 }  // namespace
 
-TEST_CASE("Sharding os and os+grad with budgets 1:1:2 and batches 16/24/40 train the parameters of --zero-sharding "
-          "none, bit for bit, and os+grad's ranks hold their shard of the gradients",
+TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40 train the parameters of "
+          "--zero-sharding none, bit for bit, and the ranks hold their shards of the gradients and parameters",
           "[distributed][multiprocess][zero_shard]") {
   const std::vector<int> batches{16, 24, 40};
   TempDir none_dir, os_dir, grad_dir;
@@ -138,6 +138,96 @@ TEST_CASE("Sharding os and os+grad with budgets 1:1:2 and batches 16/24/40 train
     grads += grad_shards[r]["grad_bytes"].get<int64_t>();
   }
   CHECK(grads == 4 * total);
+
+  // full: the parameters sharded too, each unit (MNIST's 4 layers) gathered around its passes (Note [Sharded
+  // parameters]): the weights of none bit for bit, and parameters, gradients and state in the proportion 1:1:2.
+  TempDir full_dir;
+  const auto full = train(full_dir.path(), "full", {"1", "1", "2"}, 30, false, {}, batches);
+  require_all(full, "full");
+  CHECK_THAT(full[0].err, Catch::Contains("[zero] full: 4 unit(s) of task mnist's model"));
+  const auto full_lines = json_lines(full[0].out, "train");
+  REQUIRE(full_lines.size() == 30);
+  for (size_t u = 0; u < 30; ++u) {
+    INFO("update " << u + 1 << ": none " << expected_lines[u].dump() << ", full " << full_lines[u].dump());
+    for (const char* key : {"loss", "gnorm"}) {
+      const double e = expected_lines[u][key].get<double>(), g = full_lines[u][key].get<double>();
+      CHECK(std::abs(g - e) <= 1e-6 * std::abs(e));
+    }
+  }
+  const auto got_full = mnist_params_of(full_dir / "ck/checkpoint_last.pt");
+  REQUIRE(got_full.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double d = (got_full[i] - expected[i]).abs().max().item<double>() / expected[i].abs().max().item<double>();
+    INFO("parameter " << i << ": max |difference| relative to max |weight| " << d);
+    CHECK(d <= 1e-6);
+    CHECK(torch::equal(got_full[i], expected[i]));
+  }
+  const auto full_shards = json_lines(full[0].out, "shard");
+  REQUIRE(full_shards.size() == 3);
+  const int64_t quarter = full_shards[0]["param_bytes"].get<int64_t>();
+  int64_t params = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    INFO(full_shards[r].dump());
+    const int64_t numel = full_shards[r]["numel"].get<int64_t>();
+    CHECK(numel == shards[r]["numel"].get<int64_t>());
+    // Every parameter of MNIST's model is in a unit: a rank holds its shard of them and nothing else.
+    CHECK(full_shards[r]["param_bytes"].get<int64_t>() == 4 * numel);
+    CHECK(full_shards[r]["grad_bytes"].get<int64_t>() == 4 * numel);
+    CHECK(full_shards[r]["state_bytes"].get<int64_t>() == 2 * 4 * numel);
+    // 1:1:2 within 5%.
+    for (const char* key : {"param_bytes", "grad_bytes", "state_bytes"}) {
+      const double ratio = static_cast<double>(full_shards[r][key].get<int64_t>()) /
+                           static_cast<double>(full_shards[0][key].get<int64_t>());
+      CHECK(std::abs(ratio - (r == 2 ? 2.0 : 1.0)) <= 0.05 * (r == 2 ? 2.0 : 1.0));
+    }
+    params += full_shards[r]["param_bytes"].get<int64_t>();
+  }
+  CHECK(quarter > 0);
+  CHECK(params == 4 * total);
+}
+
+TEST_CASE("Sharding full with update-freqs 2/1/1, validation and an epoch's uneven end (stand-in passes) trains and "
+          "validates as none, bit for bit",
+          "[distributed][multiprocess][zero_shard]") {
+  // 2500 samples at 32 + 24 + 40 an update: update 27 ends epoch 1 with empty micro-batches on some ranks, and
+  // rank 0 runs 2 micro-batches an update where the others run 1; the 100 test images give the ranks unequal
+  // validation batches. Under full a rank without samples for a pass runs a stand-in (Note [Sharded parameters]).
+  auto run = [](const std::string& dir, const std::string& sharding) {
+    const std::vector<int> batches{16, 24, 40};
+    const std::vector<std::string> freqs{"2", "1", "1"}, budgets{"1", "1", "2"};
+    std::vector<std::vector<std::string>> commands;
+    for (size_t r = 0; r < 3; ++r) {
+      auto args = with(mnist_train_args(zero_sharding_data(), dir + "/ck"),
+                       {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update", "28",
+                        "--max-sentences", std::to_string(batches[r]), "--update-freq", freqs[r], "--zero-sharding",
+                        sharding, "--no-save-optimizer-state", "--distributed-world-size", "3", "--distributed-rank",
+                        std::to_string(r), "--distributed-init-method", "file://" + dir + "/rendezvous"});
+      if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
+      commands.push_back(args);
+    }
+    return run_processes(commands, 300s);
+  };
+  TempDir none_dir, full_dir;
+  const auto none = run(none_dir.path(), "none");
+  require_all(none, "none");
+  const auto full = run(full_dir.path(), "full");
+  require_all(full, "full");
+  const auto expected_valid = json_lines(none[0].out, "valid");
+  const auto got_valid = json_lines(full[0].out, "valid");
+  REQUIRE(expected_valid.size() == 2);
+  REQUIRE(got_valid.size() == 2);
+  for (size_t v = 0; v < 2; ++v) {
+    INFO("none " << expected_valid[v].dump() << ", full " << got_valid[v].dump());
+    CHECK(got_valid[v]["loss"].get<double>() == expected_valid[v]["loss"].get<double>());
+    CHECK(got_valid[v]["sample_size"].get<double>() == 100);
+  }
+  const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
+  const auto got = mnist_params_of(full_dir / "ck/checkpoint_last.pt");
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
+    CHECK(torch::equal(got[i], expected[i]));
+  }
 }
 
 TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, and a mismatch between ranks, are one "
@@ -148,11 +238,14 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
                          {"--max-update", "1", "--disable-validation", "--max-sentences", "8", "--no-save"});
   const auto bad_mode = run_process(with(base, {"--zero-sharding", "all"}), 60s);
   CHECK(bad_mode.exit_code == hetseq::kExitUsage);
-  CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'all' is not one of none, os, os+grad"));
+  CHECK_THAT(bad_mode.err, Catch::Contains("--zero-sharding: 'all' is not one of none, os, os+grad, full"));
   const auto hook = run_process(with(base, {"--zero-sharding", "os+grad", "--ddp-comm-hook", "fp16"}), 60s);
   CHECK(hook.exit_code == hetseq::kExitUsage);
   CHECK_THAT(hook.err, Catch::Contains("--zero-sharding os+grad: --ddp-comm-hook fp16 is not supported with it, use "
                                        "--ddp-comm-hook none"));
+  const auto unused = run_process(with(base, {"--zero-sharding", "full", "--find-unused-parameters"}), 60s);
+  CHECK(unused.exit_code == hetseq::kExitUsage);
+  CHECK_THAT(unused.err, Catch::Contains("--zero-sharding full: --find-unused-parameters is not supported with it"));
   const auto bad_budget = run_process(with(base, {"--zero-sharding", "os", "--memory-budget", "-2"}), 60s);
   CHECK(bad_budget.exit_code == hetseq::kExitUsage);
   CHECK_THAT(bad_budget.err, Catch::Contains("--memory-budget: -2 must be a positive number of GB"));
@@ -171,18 +264,23 @@ TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, an
   CHECK_THAT(mismatch[0].err + mismatch[1].err, Catch::Contains("--zero-sharding"));
 }
 
-TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under other budgets, on 2 ranks (1:3) and "
-          "under none, bit for bit",
+TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes under other budgets, on 2 ranks (1:3), "
+          "on 1 and under none, bit for bit",
           "[distributed][multiprocess][zero_shard]") {
   namespace fs = std::filesystem;
-  TempDir straight, dir_os, dir_none, dir_grad, os_two, grad_two;
+  TempDir straight, dir_os, dir_none, dir_grad, dir_full, os_two, grad_two, full_two, os_one, full_one;
   require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
   const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
   require_all(train(dir_os.path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
   require_all(train(dir_grad.path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
+  require_all(train(dir_full.path(), "full", {"1", "1", "2"}, 15, true), "full to 15");
+  // full's checkpoint holds the whole model, gathered unit by unit for rank 0's file: os's weights.
+  const auto os_15 = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
+  const auto full_15 = mnist_params_of(dir_full / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < os_15.size(); ++i) CHECK(torch::equal(full_15[i], os_15[i]));
   // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/distributed/
-  // test_sharded_checkpoint.cpp checks them); the file itself has the scalars. os+grad writes the same.
-  for (const auto* dir : {&dir_os, &dir_grad}) {
+  // test_sharded_checkpoint.cpp checks them); the file itself has the scalars. os+grad and full write the same.
+  for (const auto* dir : {&dir_os, &dir_grad, &dir_full}) {
     const auto saved = hetseq::load_checkpoint(*dir / "ck/checkpoint_last.pt");
     REQUIRE(saved.optimizer_state.has_value());
     CHECK(saved.optimizer_state->count("param.0.exp_avg") == 0);
@@ -192,6 +290,9 @@ TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under oth
   fs::copy(dir_os / "ck", dir_none / "ck", fs::copy_options::recursive);
   fs::copy(dir_os / "ck", os_two / "ck", fs::copy_options::recursive);
   fs::copy(dir_grad / "ck", grad_two / "ck", fs::copy_options::recursive);
+  fs::copy(dir_os / "ck", os_one / "ck", fs::copy_options::recursive);
+  fs::copy(dir_full / "ck", full_two / "ck", fs::copy_options::recursive);
+  fs::copy(dir_full / "ck", full_one / "ck", fs::copy_options::recursive);
 
   // On 3 ranks to update 30: os under budgets 3:1:1, and none: each the run that never stopped.
   const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 30, true);
@@ -221,6 +322,23 @@ TEST_CASE("A sharded checkpoint (os or os+grad, budgets 1:1:2) resumes under oth
   for (size_t i = 0; i < d.size(); ++i) {
     INFO("parameter " << i << ": max |difference| " << (d[i] - e[i]).abs().max().item<double>());
     CHECK(torch::equal(d[i], e[i]));
+  }
+
+  // The full checkpoint on 2 ranks under full with budgets 1:3, and on 1 rank under none (batch 49, the
+  // samples of an update), as the os checkpoint there: the same parameters.
+  const auto full = train(full_two.path(), "full", {"1", "3"}, 30, true, {}, {20, 29});
+  require_all(full, "full checkpoint to 2 ranks, full 1:3");
+  CHECK_THAT(full[0].err, Catch::Contains("resumed from"));
+  const auto f = mnist_params_of(full_two / "ck/checkpoint_last.pt");
+  require_all(train(full_one.path(), "none", {}, 30, true, {}, {49}), "full checkpoint to 1 rank, none");
+  require_all(train(os_one.path(), "none", {}, 30, true, {}, {49}), "os checkpoint to 1 rank, none");
+  const auto g = mnist_params_of(full_one / "ck/checkpoint_last.pt");
+  const auto h = mnist_params_of(os_one / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < f.size(); ++i) {
+    INFO("parameter " << i << ": max |difference| 2 ranks " << (f[i] - e[i]).abs().max().item<double>()
+                      << ", 1 rank " << (g[i] - h[i]).abs().max().item<double>());
+    CHECK(torch::equal(f[i], e[i]));
+    CHECK(torch::equal(g[i], h[i]));
   }
 }
 
