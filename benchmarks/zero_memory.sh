@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# --zero-sharding os and os+grad on BERT, 3 CPU ranks over Gloo (issues 27, 38): what each rank holds and how
+# --zero-sharding os, os+grad and full on BERT, 3 CPU ranks over Gloo (issues 27, 38): what each rank holds and how
 # fast it trains, and the largest BERT that the memory check lets train under each mode when the ranks' budgets
 # differ.
 #
 #   benchmarks/zero_memory.sh [--updates N] [--repeats R] [--batch B] [--layers L] [--hidden H]
 #                             [--small-budget GB] [--big-budget GB] [--budgets "B0 B1 B2"]
-#                             [--hiddens "H1 H2"] [--max-layers M] [--modes "os+grad os none"]
+#                             [--hiddens "H1 H2"] [--max-layers M] [--modes "full os+grad os none"]
 #                             [--no-throughput] [--no-boundary] [--data DIR] [--build DIR] [--python PY]
 #
 # Part 1 (throughput and memory): BERT with L layers of width H (heads H/64, feed-forward 4H, the uncased
@@ -16,8 +16,10 @@
 #   os 1:1:1      --zero-sharding os, --memory-budget 2 GB on every rank
 #   os 1:1:2      --zero-sharding os, --memory-budget 1, 1, 2 GB
 #   os+grad 1:1:2 --zero-sharding os+grad, --memory-budget 1, 1, 2 GB
-# For each rank: the optimizer state and gradient bytes (the `shard` JSON lines: read from the allocated tensors;
-# under none, Adam's 2 x 4 bytes and the gradient's 4 bytes per parameter), the peak RSS (/usr/bin/time's maximum resident set size) and the bytes the
+#   full 1:1:2    --zero-sharding full, --memory-budget 1, 1, 2 GB
+# For each rank: the parameter, optimizer state and gradient bytes it holds between updates (the `shard` JSON
+# lines: read from the allocated tensors; under none the parameters' 4 bytes, Adam's 2 x 4 bytes and the
+# gradient's 4 bytes per parameter), the peak RSS (/usr/bin/time's maximum resident set size) and the bytes the
 # memory check says it needs; and the run's samples/s (ups x bsz of the train_epoch line: all ranks' sequences
 # over the span from the first update's start to the last one's end). Prints every run, then the medians, the
 # ratio of the medians os/none, and the median of each repeat's os/none ratio (runs side by side, less exposed to
@@ -48,7 +50,7 @@ BIG=2
 HIDDENS="256 512"
 MAX_LAYERS=24
 BUDGETS2=""
-MODES="os+grad os none"
+MODES="full os+grad os none"
 THROUGHPUT=1
 BOUNDARY=1
 DATA="$HETSEQ_HOME/bert/jargon-128"
@@ -144,6 +146,7 @@ rows = lines(0)
 epoch = [x for x in rows if x.get("tag") == "train_epoch"][-1]
 shards = {x["rank"]: x["state_bytes"] for x in rows if x.get("tag") == "shard"}
 grads = {x["rank"]: x["grad_bytes"] for x in rows if x.get("tag") == "shard"}
+held = {x["rank"]: x["param_bytes"] for x in rows if x.get("tag") == "shard"}
 err = open(f"{work}/{tag}.err.0").read()
 params = int(re.search(r"model with (\d+) parameters", err).group(1))
 needs = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"\[memory\] rank (\d+): needs ([\d.]+) MB", err)}
@@ -152,7 +155,9 @@ for r in range(3):
     state = shards.get(r, 8 * params if sharding == "none" else -1)
     need = "%.1f" % needs[r] if r in needs else "-"
     grad = grads.get(r, 4 * params if sharding == "none" else -1)
-    print(f"rank={r} state_mb={state / 1e6:.1f} grad_mb={grad / 1e6:.1f} rss_mb={rss / 1e6:.1f} need_mb={need}")
+    param = held.get(r, 4 * params if sharding == "none" else -1)
+    print(f"rank={r} param_mb={param / 1e6:.1f} state_mb={state / 1e6:.1f} grad_mb={grad / 1e6:.1f} "
+          f"rss_mb={rss / 1e6:.1f} need_mb={need}")
 print(f"samples_s={float(epoch['ups']) * float(epoch['bsz']):.3f} updates={epoch['num_updates']} params={params}")
 PYEOF
 }
@@ -166,11 +171,11 @@ echo "zero_memory: $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /p
 if [ "$THROUGHPUT" = 1 ]; then
   CFG="$(config "$LAYERS" "$HIDDEN")"
   echo "part 1: BERT $LAYERS layers x $HIDDEN, Adam, $BATCH sequences of 128 tokens per rank, $UPDATES updates, 3 ranks"
-  NAMES=(none os-1:1:1 os-1:1:2 os+grad-1:1:2)  # [mode]
-  SHARDINGS=(none os os os+grad)
-  BUDGETS=("- - -" "2 2 2" "1 1 2" "1 1 2")
+  NAMES=(none os-1:1:1 os-1:1:2 os+grad-1:1:2 full-1:1:2)  # [mode]
+  SHARDINGS=(none os os os+grad full)
+  BUDGETS=("- - -" "2 2 2" "1 1 2" "1 1 2" "1 1 2")
   MODE_COUNT=${#NAMES[@]}
-  declare -A SPS STATE GRAD RSS NEED REP_SPS
+  declare -A SPS PARAM STATE GRAD RSS NEED REP_SPS
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for ((k = 0; k < MODE_COUNT; k++)); do
       i=$(((k + rep - 1) % MODE_COUNT))
@@ -187,6 +192,7 @@ if [ "$THROUGHPUT" = 1 ]; then
       printf '  run %d  %-9s %8s samples/s  (load before %s)\n' "$rep" "$name" "$sps" "$load"
       for r in 0 1 2; do
         line="$(echo "$out" | sed -n "$((r + 1))p")"
+        PARAM[$name.$r]+="$(echo "$line" | field param_mb) "
         STATE[$name.$r]+="$(echo "$line" | field state_mb) "
         GRAD[$name.$r]+="$(echo "$line" | field grad_mb) "
         RSS[$name.$r]+="$(echo "$line" | field rss_mb) "
@@ -200,8 +206,8 @@ if [ "$THROUGHPUT" = 1 ]; then
     printf '  %-9s %s samples/s' "$name" "$(median ${SPS[$name]})"
     for r in 0 1 2; do
       need="$(echo ${NEED[$name.$r]} | cut -d' ' -f1)"
-      printf ' | rank %d: state %s MB, gradients %s MB, peak RSS %s MB, check %s MB' "$r" \
-        "$(median_mb ${STATE[$name.$r]})" "$(median_mb ${GRAD[$name.$r]})" "$(median_mb ${RSS[$name.$r]})" "$need"
+      printf ' | rank %d: parameters %s MB, state %s MB, gradients %s MB, peak RSS %s MB, check %s MB' "$r" \
+        "$(median_mb ${PARAM[$name.$r]})" "$(median_mb ${STATE[$name.$r]})" "$(median_mb ${GRAD[$name.$r]})" "$(median_mb ${RSS[$name.$r]})" "$need"
     done
     echo
   done

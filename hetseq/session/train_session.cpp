@@ -213,8 +213,12 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
     valid_batch_sizes.push_back(w.valid_batch_size);
     update_freqs.push_back(w.update_freq);
     balance_caps_.push_back(w.balance_cap);
+    // More than one micro-batch an update: --update-freq, or a balance cap that splits its share.
+    const bool split = w.balance_cap > 0 && (o_.balance.auto_balance || w.balance_cap < w.batch_size.front());
+    const bool accumulates = split || std::any_of(w.update_freq.begin(), w.update_freq.end(),
+                                                              [](int64_t f) { return f > 1; });
     memory_.push_back(RankMemoryBudget{w.memory_budget, w.memory_budget_is_free_memory, w.activation_bytes,
-                                       w.memory_micro_batch});
+                                       w.memory_micro_batch, accumulates});
     if (world_.distributed()) {
       log::info("[train] rank {} on {} ({}): batch size {}, update-freq {}{}", w.rank, w.host, w.device,
                 w.batch_size.front(), fmt::join(w.update_freq, ","),

@@ -13,18 +13,25 @@ namespace hetseq {
 // Before training, a rank that states a budget (--memory-budget, or under --zero-sharding os the free
 // memory that is its default) is checked against what it will hold at the peak of an update:
 //
-//   parameters       T x e    the whole model, on every rank (only the optimizer state is sharded)
+//   parameters       T x e    the whole model, on every rank (only the optimizer state is sharded); under
+//                             full (n + R + 2 U) x e: its shard, the R elements in no unit (the root, whole on
+//                             every rank) and two gathered units of the largest, U (Note [Sharded parameters])
 //   gradients        T x e    the whole model's gradients: the reducer's buckets, which .grad views;
 //                             under os+grad n x e for its shard and at most 2 W + 1 buckets (shard_bucket_bytes)
 //                             being copied or in flight, W copies each on its owner (Note [Sharded gradients]),
-//                             never more than T x e
+//                             never more than T x e; T x e again for a rank that runs more than one micro-batch
+//                             an update (--update-freq, a --balance-cap), whose earlier micro-batches accumulate
+//                             whole gradients in .grad
 //   optimizer state  n x k x e  k parameter-sized buffers (Optimizer::state_buffers: Adam 2, Adadelta 2,
 //                             SGD 1 with momentum, 0 without) for the n elements of the rank's shard (n = T
 //                             without sharding); there are no fp32 master weights, since the parameters stay
 //                             float32 under --fp16/--bf16 (Note [Sharded optimizer state])
 //   gather buffers   L x e    --zero-sharding os with per-rank broadcasts: one buffer of the largest shard's
 //                             size L, through which every rank's shard passes in turn ((W + 1) x L with the
-//                             padded allgather); Note [Gathering uneven shards]
+//                             padded allgather); Note [Gathering uneven shards]; none under full (the units
+//                             are gathered into their own buffers, counted above)
+//   checkpoint copy  T x e    full, rank 0 on a CPU with saving on: the whole model, gathered unit by unit
+//                             into its memory for checkpoint_last.pt (on a GPU the copy is in host memory)
 //   activations      measured: the peak of the bytes allocated through LibTorch's allocators during one
 //                             forward and backward of the rank's micro-batch (its --max-sentences, or its
 //                             --balance-cap when smaller) of the first samples of the training split, with
@@ -40,8 +47,11 @@ namespace hetseq {
 // caches and fragmentation), the training data in memory, the data loader's prefetched batches, the
 // reducer's communication buffers beyond the buckets (Gloo's), a checkpoint being written (its
 // serialised bytes), the validation passes, and micro-batches larger than the one measured (longer
-// sequences than the first samples', or a share that --auto-balance grows without a cap). So a budget that passes is necessary, not sufficient: leave
-// room beside it. When the budget is the free memory (the default under os), it is read after the model
+// sequences than the first samples', or a share that --auto-balance grows without a cap), and under full the
+// start: every rank builds (and resumes) the model whole before it is cut into shards, and measures its
+// activations with the whole gradients, so a rank's memory at start is about the whole parameters, gradients and
+// one pass's activations (LibTorch builds modules on a device, not as shapes alone). So a budget that passes is
+// necessary, not sufficient: leave room beside it. When the budget is the free memory (the default under os), it is read after the model
 // was built, so the parameters are already taken from it and not counted again.
 
 std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
@@ -77,7 +87,7 @@ std::vector<MemoryNeed> memory_needs(const MemoryFitOptions& options) {
     // os+grad: its shard, a bucket being copied and two in flight, with W copies each on their owner (Note
     // [Sharded gradients]); never more than the whole model's.
     const int64_t bucket = shard_bucket_bytes(whole, world, options.bucket_bytes);
-    n.gradients = sharded_grads ? std::min(whole, shard * e + (2 * world + 1) * bucket) : whole;
+    n.gradients = sharded_grads && !b.accumulates ? std::min(whole, shard * e + (2 * world + 1) * bucket) : whole;
     n.optimizer_state = shard * options.state_buffers * e;
     n.gather_buffers = gather * e;
     n.activations = b.activation_bytes;

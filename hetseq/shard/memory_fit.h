@@ -15,6 +15,9 @@ struct RankMemoryBudget {
   bool from_free_memory = false;  // the budget is the free memory, read after the parameters were allocated
   int64_t activation_bytes = 0;   // measured: one forward and backward of its micro-batch
   int64_t micro_batch = 0;        // the micro-batch measured (for the message)
+  /// It may run more than one micro-batch an update (--update-freq above 1, or a --balance-cap): the earlier
+  /// micro-batches' gradients accumulate whole, also under os+grad and full.
+  bool accumulates = false;
 };
 
 /// What the check knows of a run: the model, the optimizer and the ranks.

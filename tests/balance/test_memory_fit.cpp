@@ -88,6 +88,11 @@ TEST_CASE("memory_needs: whole parameters and gradients, the shard's optimizer s
     CHECK(sharded[r].gather_buffers == 0);
     CHECK(sharded[r].checkpoint_copy == 0);
   }
+  // A rank that runs 2 micro-batches an update holds the first one's gradients whole.
+  auto accumulating = full;
+  accumulating.ranks[1].accumulates = true;
+  CHECK(hetseq::memory_needs(accumulating)[1].gradients == 24 << 20);
+  CHECK(hetseq::memory_needs(accumulating)[0].gradients == os_grad[0].gradients);
   full.rank0_copies_model = true;
   CHECK(hetseq::memory_needs(full)[0].checkpoint_copy == 24 << 20);
   CHECK(hetseq::memory_needs(full)[1].checkpoint_copy == 0);
