@@ -191,7 +191,10 @@ int64_t UnitGather::largest_unit_numel() const {
 }
 
 int64_t UnitGather::held_bytes() const {
-  return static_cast<int64_t>(shard_.nbytes()) + units_.back().numel * static_cast<int64_t>(shard_.element_size());
+  // Read from the storages: a unit left gathered counts.
+  int64_t bytes = static_cast<int64_t>(shard_.nbytes());
+  for (const Unit& u : units_) bytes += static_cast<int64_t>(u.flat.storage().nbytes());
+  return bytes;
 }
 
 void UnitGather::allocate(Unit& u) {

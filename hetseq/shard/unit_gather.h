@@ -64,7 +64,8 @@ class UnitGather final : public UnitRunner {
   /// Elements of the largest unit, and of the root.
   int64_t largest_unit_numel() const;
   int64_t root_numel() const { return units_.back().numel; }
-  /// Bytes of parameters this rank holds between passes: its shard and the root's parameters.
+  /// Bytes of parameters this rank holds now, read from the storages: between passes its shard and the root's
+  /// parameters (and any unit still gathered).
   int64_t held_bytes() const;
 
  private:
