@@ -270,15 +270,15 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
           "[distributed][multiprocess][zero_shard]") {
   namespace fs = std::filesystem;
   TempDir straight, dir_os, dir_none, dir_grad, dir_full, os_two, grad_two, full_two, os_one, full_one;
-  require_all(train(straight.path(), "none", {}, 30, true), "uninterrupted none");
+  require_all(train(straight.path(), "none", {}, 20, true), "uninterrupted none");
   const auto expected = mnist_params_of(straight / "ck/checkpoint_last.pt");
-  require_all(train(dir_os.path(), "os", {"1", "1", "2"}, 15, true), "os to 15");
-  require_all(train(dir_grad.path(), "os+grad", {"1", "1", "2"}, 15, true), "os+grad to 15");
-  require_all(train(dir_full.path(), "full", {"1", "1", "2"}, 15, true), "full to 15");
+  require_all(train(dir_os.path(), "os", {"1", "1", "2"}, 10, true), "os to 10");
+  require_all(train(dir_grad.path(), "os+grad", {"1", "1", "2"}, 10, true), "os+grad to 10");
+  require_all(train(dir_full.path(), "full", {"1", "1", "2"}, 10, true), "full to 10");
   // full's checkpoint holds the whole model, gathered unit by unit for rank 0's file: os's weights.
-  const auto os_15 = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
-  const auto full_15 = mnist_params_of(dir_full / "ck/checkpoint_last.pt");
-  for (size_t i = 0; i < os_15.size(); ++i) CHECK(torch::equal(full_15[i], os_15[i]));
+  const auto os_10 = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
+  const auto full_10 = mnist_params_of(dir_full / "ck/checkpoint_last.pt");
+  for (size_t i = 0; i < os_10.size(); ++i) CHECK(torch::equal(full_10[i], os_10[i]));
   // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/distributed/
   // test_sharded_checkpoint.cpp checks them); the file itself has the scalars. os+grad and full write the same.
   for (const auto* dir : {&dir_os, &dir_grad, &dir_full}) {
@@ -295,11 +295,11 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
   fs::copy(dir_full / "ck", full_two / "ck", fs::copy_options::recursive);
   fs::copy(dir_full / "ck", full_one / "ck", fs::copy_options::recursive);
 
-  // On 3 ranks to update 30: os under budgets 3:1:1, and none: each the run that never stopped.
-  const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 30, true);
+  // On 3 ranks to update 20: os under budgets 3:1:1, and none: each the run that never stopped.
+  const auto os = train(dir_os.path(), "os", {"3", "1", "1"}, 20, true);
   require_all(os, "resumed os 3:1:1");
   CHECK_THAT(os[0].err, Catch::Contains("resumed from"));
-  require_all(train(dir_none.path(), "none", {}, 30, true), "resumed none");
+  require_all(train(dir_none.path(), "none", {}, 20, true), "resumed none");
   const auto a = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
   const auto b = mnist_params_of(dir_none / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -309,12 +309,12 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
     CHECK(torch::equal(b[i], expected[i]));
   }
 
-  // On 2 ranks (batches 20, 29) to update 30: the os+grad checkpoint under os+grad with budgets 1:3, and the os
+  // On 2 ranks (batches 20, 29) to update 20: the os+grad checkpoint under os+grad with budgets 1:3, and the os
   // checkpoint (the same weights and state) under none: the same parameters.
-  const auto grad = train(grad_two.path(), "os+grad", {"1", "3"}, 30, true, {}, {20, 29});
+  const auto grad = train(grad_two.path(), "os+grad", {"1", "3"}, 20, true, {}, {20, 29});
   require_all(grad, "os+grad checkpoint to 2 ranks, os+grad 1:3");
   CHECK_THAT(grad[0].err, Catch::Contains("resumed from"));
-  require_all(train(os_two.path(), "none", {}, 30, true, {}, {20, 29}), "os checkpoint to 2 ranks, none");
+  require_all(train(os_two.path(), "none", {}, 20, true, {}, {20, 29}), "os checkpoint to 2 ranks, none");
   const auto resaved = hetseq::load_checkpoint(grad_two / "ck/checkpoint_last.pt");
   REQUIRE(resaved.optimizer_shards.has_value());
   CHECK(resaved.optimizer_shards->world_size == 2);
@@ -327,12 +327,12 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
 
   // The full checkpoint on 2 ranks under full with budgets 1:3, and on 1 rank under none (batch 49, the
   // samples of an update), as the os checkpoint there: the same parameters.
-  const auto full = train(full_two.path(), "full", {"1", "3"}, 30, true, {}, {20, 29});
+  const auto full = train(full_two.path(), "full", {"1", "3"}, 20, true, {}, {20, 29});
   require_all(full, "full checkpoint to 2 ranks, full 1:3");
   CHECK_THAT(full[0].err, Catch::Contains("resumed from"));
   const auto f = mnist_params_of(full_two / "ck/checkpoint_last.pt");
-  require_all(train(full_one.path(), "none", {}, 30, true, {}, {49}), "full checkpoint to 1 rank, none");
-  require_all(train(os_one.path(), "none", {}, 30, true, {}, {49}), "os checkpoint to 1 rank, none");
+  require_all(train(full_one.path(), "none", {}, 20, true, {}, {49}), "full checkpoint to 1 rank, none");
+  require_all(train(os_one.path(), "none", {}, 20, true, {}, {49}), "os checkpoint to 1 rank, none");
   const auto g = mnist_params_of(full_one / "ck/checkpoint_last.pt");
   const auto h = mnist_params_of(os_one / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < f.size(); ++i) {
@@ -343,27 +343,32 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
   }
 }
 
-TEST_CASE("Sharding os and os+grad under --bf16 autocast, 2 micro-batches an update, train the parameters of none, "
-          "bit for bit",
+TEST_CASE("Sharding os, os+grad and full under --bf16 autocast, 2 micro-batches an update, train the parameters of "
+          "none, bit for bit",
           "[distributed][multiprocess][zero_shard]") {
   // The parameters and the optimizer state stay float32 under autocast: sharding sees what it sees without it.
-  // Under os+grad the first micro-batch's gradients accumulate in .grad, the second's backward sends them.
-  // 3 updates: bf16 on a CPU is slow (3 runs of 6 such updates took 48 s of the suite).
+  // Under os+grad and full the first micro-batch's gradients accumulate in .grad, the second's backward sends
+  // them; under full the units' bfloat16 copies that autocast makes are what backward reads.
+  // 2 updates: bf16 on a CPU is slow (3 runs of 6 such updates took 48 s of the suite).
   const std::vector<std::string> more{"--bf16", "--update-freq", "2"};
-  TempDir none_dir, os_dir, grad_dir;
-  require_all(train(none_dir.path(), "none", {}, 3, false, more), "none --bf16");
-  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 3, false, more);
+  TempDir none_dir, os_dir, grad_dir, full_dir;
+  require_all(train(none_dir.path(), "none", {}, 2, false, more), "none --bf16");
+  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 2, false, more);
   require_all(os, "os --bf16");
   CHECK_THAT(os[0].err, Catch::Contains("[bf16] bfloat16 forward passes"));
   CHECK(json_lines(os[0].out, "shard").size() == 3);
-  require_all(train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 3, false, more), "os+grad --bf16");
+  require_all(train(grad_dir.path(), "os+grad", {"1", "1", "2"}, 2, false, more), "os+grad --bf16");
+  require_all(train(full_dir.path(), "full", {"1", "1", "2"}, 2, false, more), "full --bf16");
   const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
   const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
   const auto got_grad = mnist_params_of(grad_dir / "ck/checkpoint_last.pt");
+  const auto got_full = mnist_params_of(full_dir / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < expected.size(); ++i) {
     INFO("parameter " << i << ": max |difference| os " << (got[i] - expected[i]).abs().max().item<double>()
-                      << ", os+grad " << (got_grad[i] - expected[i]).abs().max().item<double>());
+                      << ", os+grad " << (got_grad[i] - expected[i]).abs().max().item<double>() << ", full "
+                      << (got_full[i] - expected[i]).abs().max().item<double>());
     CHECK(torch::equal(got[i], expected[i]));
     CHECK(torch::equal(got_grad[i], expected[i]));
+    CHECK(torch::equal(got_full[i], expected[i]));
   }
 }
