@@ -18,7 +18,7 @@ torch::Tensor global_norm_of_shards(const c10::intrusive_ptr<c10d::ProcessGroup>
 /// with the global norm from the ranks' partial norms, each rank steps its shard (ShardedOptimizer, fed
 /// the reducer's shard gradient) and the shards are gathered to every rank. Checkpoints are those of `os`.
 /// See Note [Sharded gradients].
-class GradientSharding final : public ShardingStrategy {
+class GradientSharding : public ShardingStrategy {
  public:
   GradientSharding(std::unique_ptr<ShardedOptimizer> optimizer, std::shared_ptr<ShardReducer> reducer,
                    c10::intrusive_ptr<c10d::ProcessGroup> group);
@@ -36,7 +36,7 @@ class GradientSharding final : public ShardingStrategy {
     optimizer_->load_state(scalars, pieces);
   }
 
- private:
+ protected:
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::shared_ptr<ShardReducer> reducer_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

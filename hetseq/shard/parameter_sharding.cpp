@@ -9,16 +9,11 @@ namespace hetseq {
 ParameterSharding::ParameterSharding(std::unique_ptr<ShardedOptimizer> optimizer,
                                      std::shared_ptr<ShardReducer> reducer, std::shared_ptr<UnitGather> units,
                                      c10::intrusive_ptr<c10d::ProcessGroup> group)
-    : optimizer_(std::move(optimizer)),
-      reducer_(std::move(reducer)),
-      units_(std::move(units)),
-      group_(std::move(group)) {
-  HETSEQ_ASSERT(optimizer_ && reducer_ && units_ && group_, "ParameterSharding built with a null part");
+    : GradientSharding(std::move(optimizer), std::move(reducer), std::move(group)), units_(std::move(units)) {
+  HETSEQ_ASSERT(units_, "ParameterSharding without its UnitGather");
   optimizer_->use_parameter_shard(units_->shard());
   UnitGather* held = units_.get();
   optimizer_->count_parameters_with([held] { return held->held_bytes(); });
-  gradients_ = reducer_->shard_gradient_views(optimizer_->slices());
-  optimizer_->use_gradients(gradients_);
 }
 
 void ParameterSharding::reduce() {

@@ -62,19 +62,23 @@ TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40
   TempDir none_dir, os_dir, grad_dir;
   const auto none = train(none_dir.path(), "none", {}, 30, false, {}, batches);
   require_all(none, "none");
-  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 30, false, {}, batches);
+  // os for 5 updates (its weights after many updates are none's in the resume test below): its losses and
+  // norms are none's, and its shard lines give the plan that os+grad and full share.
+  const auto os = train(os_dir.path(), "os", {"1", "1", "2"}, 5, false, {}, batches);
   require_all(os, "os");
+  const auto none_lines = json_lines(none[0].out, "train");
+  const auto os_lines = json_lines(os[0].out, "train");
+  REQUIRE(none_lines.size() == 30);
+  REQUIRE(os_lines.size() == 5);
+  for (size_t u = 0; u < 5; ++u) {
+    INFO("update " << u + 1 << ": none " << none_lines[u].dump() << ", os " << os_lines[u].dump());
+    CHECK(os_lines[u]["loss"].get<double>() == none_lines[u]["loss"].get<double>());
+    CHECK(os_lines[u]["gnorm"].get<double>() == none_lines[u]["gnorm"].get<double>());
+  }
 
   const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
-  const auto got = mnist_params_of(os_dir / "ck/checkpoint_last.pt");
-  REQUIRE(expected.size() == got.size());
   int64_t total = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
-    CHECK(torch::equal(got[i], expected[i]));
-    total += expected[i].numel();
-  }
-  CHECK(json_lines(none[0].out, "train").size() == 30);
+  for (const auto& p : expected) total += p.numel();
 
   // Rank 0 prints one shard line per rank; the state is Adam's two float32 moments of the shard.
   const auto shards = json_lines(os[0].out, "shard");
