@@ -128,7 +128,7 @@ void check_memory_fits(const MemoryFitOptions& options) {
       r, n.total(), b.budget_bytes, source, others, n.parameters, b.from_free_memory ? " (already allocated)" : "",
       n.gradients, options.optimizer, n.optimizer_state, options.state_buffers, sharded ? ", its shard" : "",
       sharded ? fmt::format("shard gather buffers {}, ", n.gather_buffers) : "", n.activations, b.micro_batch,
-      n.checkpoint_copy > 0 ? fmt::format(", the whole model gathered for a checkpoint {} (--no-save saves it)",
+      n.checkpoint_copy > 0 ? fmt::format(", the whole model gathered for a checkpoint {} (--no-save avoids it)",
                                           n.checkpoint_copy)
                             : "",
       remedy));

@@ -126,6 +126,22 @@ TEST_CASE("check_memory_fits: one line naming the first rank that does not fit, 
                                       "it a larger --memory-budget (its shard of the optimizer state grows with it, "
                                       "the rest does not) or a smaller --max-sentences"));
 
+  // full, rank 0 saving on a CPU with budgets 10000:20000:40000: its shard of round(63 / 7) * 16 = 144 elements, a
+  // root of 100 and two units of 200 (2576 bytes), the gradients (capped at the model's 4000), the state 1152,
+  // activations 100, and the whole model's copy 4000 for the checkpoint: 11828; 7828 without the copy.
+  auto full = three_ranks(ZeroSharding::kFull);
+  full.root_numel = 100;
+  full.largest_unit_numel = 200;
+  full.ranks[0].budget_bytes = 10000;
+  CHECK_NOTHROW(hetseq::check_memory_fits(full));
+  full.rank0_copies_model = true;
+  CHECK_THROWS_WITH(hetseq::check_memory_fits(full),
+                    Catch::StartsWith("--memory-budget: rank 0 needs 11828 bytes but has 10000 bytes available") &&
+                        Catch::Contains("parameters 2576, gradients 4000, adam optimizer state 1152") &&
+                        Catch::Contains(", the whole model gathered for a checkpoint 4000 (--no-save avoids it); "
+                                        "give it a larger --memory-budget (its shard of the parameters, gradients "
+                                        "and optimizer state grows with it"));
+
   // Without sharding every rank holds the whole state; a rank without a budget (0) is not checked.
   auto none = three_ranks(ZeroSharding::kNone);
   none.ranks[0].budget_bytes = 0;
