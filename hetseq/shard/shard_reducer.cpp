@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/reduce/ddp_reducer.h"
@@ -105,19 +102,11 @@ ShardReducer::ShardReducer(std::vector<torch::Tensor> params, std::vector<torch:
   const ShardRange mine = plan_[static_cast<size_t>(rank_)];
   shard_gradient_ = torch::zeros({mine.numel}, params_.front().options().requires_grad(false));
   for (size_t p = 0; p < params_.size(); ++p) {
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[p]);
-    HETSEQ_ASSERT(acc, "parameter {} has no gradient accumulator (does it require a gradient?)", p);
-    hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, p](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          on_gradient(p);
-          return outputs;
-        })));
-    accumulators_.push_back(std::move(acc));
+    hooks_.add(params_[p], [this, p] { on_gradient(p); }, fmt::format("parameter {}", p));
   }
 }
 
 ShardReducer::~ShardReducer() {
-  for (size_t p = 0; p < accumulators_.size(); ++p) accumulators_[p]->del_post_hook(hook_keys_[p]);
   for (auto& f : in_flight_) {
     try {
       f.work->wait();

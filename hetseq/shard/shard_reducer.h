@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include "hetseq/reduce/gradient_reducer.h"
+#include "hetseq/shard/accumulator_hooks.h"
 #include "hetseq/shard/shard_plan.h"
 
 namespace hetseq {
@@ -79,8 +80,7 @@ class ShardReducer final : public GradientReducer {
   std::vector<std::vector<size_t>> bucket_params_;  // [bucket] the parameters it touches
   std::vector<std::vector<size_t>> param_buckets_;  // [param] the buckets it touches
   torch::Tensor shard_gradient_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // [param], each with one hook of ours
-  std::vector<uintptr_t> hook_keys_;                                  // [param]
+  AccumulatorHooks hooks_;  // on every parameter: on_gradient
 
   // The update in progress (the last micro-batch's backward).
   bool armed_ = false;

@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <map>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/world/lost_peer.h"
@@ -160,20 +157,12 @@ UnitGather::UnitGather(std::vector<torch::Tensor> params, const std::vector<int6
     free(units_[u]);
     for (size_t p : units_[u].params) {
       if (!params_[p].requires_grad()) continue;
-      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[p]);
-      HETSEQ_ASSERT(acc, "parameter {} has no gradient accumulator", p);
-      hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, u](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            on_gradient(u);
-            return outputs;
-          })));
-      accumulators_.push_back(std::move(acc));
+      hooks_.add(params_[p], [this, u] { on_gradient(u); }, fmt::format("parameter {}", p));
     }
   }
 }
 
 UnitGather::~UnitGather() {
-  for (size_t k = 0; k < accumulators_.size(); ++k) accumulators_[k]->del_post_hook(hook_keys_[k]);
   for (Unit& u : units_) {
     for (auto& w : u.works) {
       try {

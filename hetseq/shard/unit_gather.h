@@ -6,10 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/types.h>
 
+#include "hetseq/shard/accumulator_hooks.h"
 #include "hetseq/shard/shard_plan.h"
 #include "hetseq/task/model_units.h"
 
@@ -106,8 +106,7 @@ class UnitGather final : public UnitRunner {
   std::vector<Unit> units_;  // the model's units, then the root (last)
   torch::Tensor shard_;
   size_t next_forward_ = 0;  // the unit a forward pass runs next
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // [unit param], each with one hook of ours
-  std::vector<uintptr_t> hook_keys_;
+  AccumulatorHooks hooks_;  // on the units' parameters: the last one's frees its unit
 };
 
 }  // namespace hetseq
