@@ -271,7 +271,7 @@ void TrainSession::add_units(ShardingOptions& sharding) const {
       shardable->set_unit_runner(std::move(runner));
     };
   }
-  const UnitSizes sizes = unit_sizes(*model_);
+  const UnitSizes sizes = unit_sizes(model_->parameters(), sharding.unit_of);
   log::info("[zero] full: {} unit(s) of task {}'s model gathered around their passes (the largest {} parameters); "
             "{} parameters in no unit stay whole on every rank{}",
             sizes.units, o_.common.task, sizes.largest, sizes.root,

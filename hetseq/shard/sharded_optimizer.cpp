@@ -158,18 +158,13 @@ void ShardedOptimizer::gather() {
 
 void ShardedOptimizer::use_parameter_shard(const torch::Tensor& shard) {
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> first;  // [param] its first element in the flat space
-  int64_t total = 0;
-  for (const auto& p : params()) {
-    first.push_back(total);
-    total += p.numel();
-  }
-  const int64_t start = this->shard().first;
   HETSEQ_ASSERT(shard.numel() == this->shard().numel, "a parameter shard of {} elements for a shard of {}",
                 shard.numel(), this->shard().numel);
+  // The slices cover the shard in order, end to end.
+  int64_t at = 0;
   for (size_t k = 0; k < views_.size(); ++k) {
-    const ShardSlice& s = slices_[k];
-    views_[k].set_data(shard.narrow(0, first[s.param] + s.offset - start, s.numel));
+    views_[k].set_data(shard.narrow(0, at, slices_[k].numel));
+    at += slices_[k].numel;
   }
 }
 

@@ -80,9 +80,9 @@ std::vector<int64_t> parameter_units(torch::nn::Module& model) {
   return out;
 }
 
-UnitSizes unit_sizes(torch::nn::Module& model) {
-  const std::vector<int64_t> unit_of = parameter_units(model);
-  const auto params = model.parameters(/*recurse=*/true);
+UnitSizes unit_sizes(const std::vector<torch::Tensor>& params, const std::vector<int64_t>& unit_of) {
+  HETSEQ_ASSERT(params.size() == unit_of.size(), "unit_sizes of {} parameters with {} unit indices", params.size(),
+                unit_of.size());
   std::map<int64_t, int64_t> numel;  // [unit]
   UnitSizes sizes;
   for (size_t p = 0; p < params.size(); ++p) {
@@ -171,12 +171,6 @@ UnitGather::~UnitGather() {
       }
     }
   }
-}
-
-int64_t UnitGather::largest_unit_numel() const {
-  int64_t largest = 0;
-  for (size_t u = 0; u + 1 < units_.size(); ++u) largest = std::max(largest, units_[u].numel);
-  return largest;
 }
 
 int64_t UnitGather::held_bytes() const {

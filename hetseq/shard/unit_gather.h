@@ -20,14 +20,14 @@ namespace hetseq {
 /// hetseq::InternalError naming the parameter when two units share it.
 std::vector<int64_t> parameter_units(torch::nn::Module& model);
 
-/// How `model`'s parameters fall into units (parameter_units): the units, the elements of the largest, and
-/// the elements in no unit (the root).
+/// How `params` fall into units (`unit_of`, as parameter_units gives it): the units, the elements of the
+/// largest, and the elements in no unit (the root).
 struct UnitSizes {
   int64_t units = 0;
   int64_t largest = 0;
   int64_t root = 0;
 };
-UnitSizes unit_sizes(torch::nn::Module& model);
+UnitSizes unit_sizes(const std::vector<torch::Tensor>& params, const std::vector<int64_t>& unit_of);
 
 /// --zero-sharding full's parameters: each rank keeps its shard of the flat parameter space (shard()),
 /// and a unit's parameters exist whole only while the unit runs its forward or its backward pass, gathered
@@ -61,9 +61,6 @@ class UnitGather final : public UnitRunner {
   std::vector<torch::Tensor> whole_parameters(bool keep);
 
   size_t num_units() const { return units_.size() - 1; }
-  /// Elements of the largest unit, and of the root.
-  int64_t largest_unit_numel() const;
-  int64_t root_numel() const { return units_.back().numel; }
   /// Bytes of parameters this rank holds now, read from the storages: between passes its shard and the root's
   /// parameters (and any unit still gathered).
   int64_t held_bytes() const;

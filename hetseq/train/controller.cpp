@@ -200,7 +200,11 @@ UpdateResult Controller::eager_update(const std::vector<Batch>& micro_batches) {
   UpdateResult result;
   result.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   sharding_->reducer().before_forward();
-  run_micro_batches(padded_for_stand_ins(micro_batches), result.loss_scale, result.host_reads);
+  if (sharding_->needs_stand_ins()) {
+    run_micro_batches(padded_for_stand_ins(micro_batches), result.loss_scale, result.host_reads);
+  } else {
+    run_micro_batches(micro_batches, result.loss_scale, result.host_reads);
+  }
   if (!channel_->update_started()) {
     throw InputError(fmt::format("rank {} of {}: the task's train_step returned without calling the Backward it "
                                  "was given for the update's last micro-batch; a Task::train_step must run its loss "

@@ -170,9 +170,9 @@ class Controller {
   void run_backward(const torch::Tensor& loss, int64_t index, int64_t count, double loss_scale);
   /// Zero, as a function of every parameter that takes a gradient. See Note [Empty micro-batches].
   torch::Tensor zero_loss();
-  /// Where the strategy needs every rank to run as many passes (--zero-sharding full): `micro_batches`
-  /// with empty ones in front up to the passes of the rank that runs most, and the stand-in batch kept.
-  /// Otherwise `micro_batches` itself.
+  /// Under a strategy that needs every rank to run as many passes (--zero-sharding full): `micro_batches`
+  /// with empty ones in front up to the passes of the rank that runs most (a collective), and the stand-in
+  /// batch kept.
   std::vector<Batch> padded_for_stand_ins(const std::vector<Batch>& micro_batches);
   /// An empty micro-batch's pass under --zero-sharding full: the stand-in batch's forward and backward, its
   /// loss times 0, with the generator states put back after. See Note [Sharded parameters].

@@ -12,7 +12,6 @@
 namespace hetseq {
 
 std::vector<Batch> Controller::padded_for_stand_ins(const std::vector<Batch>& micro_batches) {
-  if (!sharding_->needs_stand_ins()) return micro_batches;
   for (const Batch& b : micro_batches) {
     if (!b.empty()) {
       stand_in_ = b;

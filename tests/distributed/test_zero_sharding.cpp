@@ -53,6 +53,31 @@ std::vector<ProcessResult> train(const std::string& dir, const std::string& shar
   return run_processes(commands, 300s);
 }
 
+// Every update's loss and gradient norm of `got` ([update] its `train` lines) within 1e-6 relative of `expected`'s.
+void check_losses_match(const std::vector<nlohmann::json>& expected, const std::vector<nlohmann::json>& got,
+                        const std::string& mode) {
+  REQUIRE(got.size() <= expected.size());
+  for (size_t u = 0; u < got.size(); ++u) {
+    INFO("update " << u + 1 << ": none " << expected[u].dump() << ", " << mode << " " << got[u].dump());
+    for (const char* key : {"loss", "gnorm"}) {
+      const double e = expected[u][key].get<double>(), g = got[u][key].get<double>();
+      CHECK(std::abs(g - e) <= 1e-6 * std::abs(e));
+    }
+  }
+}
+
+// The issue's bound, 1e-6 relative to the largest weight, and bit for bit (on one machine, where none's shared-memory
+// allreduce adds in rank order as the shards' owners do: Note [Sharded gradients]).
+void check_weights_match(const std::vector<torch::Tensor>& expected, const std::vector<torch::Tensor>& got) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double d = (got[i] - expected[i]).abs().max().item<double>() / expected[i].abs().max().item<double>();
+    INFO("parameter " << i << ": max |difference| relative to max |weight| " << d);
+    CHECK(d <= 1e-6);
+    CHECK(torch::equal(got[i], expected[i]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40 train the parameters of "
@@ -110,23 +135,8 @@ TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40
   const auto expected_lines = json_lines(none[0].out, "train");
   const auto got_lines = json_lines(grad[0].out, "train");
   REQUIRE(got_lines.size() == 30);
-  for (size_t u = 0; u < 30; ++u) {
-    INFO("update " << u + 1 << ": none " << expected_lines[u].dump() << ", os+grad " << got_lines[u].dump());
-    for (const char* key : {"loss", "gnorm"}) {
-      const double e = expected_lines[u][key].get<double>(), g = got_lines[u][key].get<double>();
-      CHECK(std::abs(g - e) <= 1e-6 * std::abs(e));
-    }
-  }
-  const auto got_grad = mnist_params_of(grad_dir / "ck/checkpoint_last.pt");
-  REQUIRE(got_grad.size() == expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    // Bit for bit on one machine, where none's shared-memory allreduce adds in rank order as os+grad's owners
-    // do (Note [Sharded gradients]); the issue's bound, 1e-6 relative to the largest weight, a fortiori.
-    const double d = (got_grad[i] - expected[i]).abs().max().item<double>() / expected[i].abs().max().item<double>();
-    INFO("parameter " << i << ": max |difference| relative to max |weight| " << d);
-    CHECK(d <= 1e-6);
-    CHECK(torch::equal(got_grad[i], expected[i]));
-  }
+  check_losses_match(expected_lines, got_lines, "os+grad");
+  check_weights_match(expected, mnist_params_of(grad_dir / "ck/checkpoint_last.pt"));
   // The shard lines: gradients and state in the budgets' proportion 1:1:2 (each shard the os run's); the
   // parameters whole on every rank; no parameter's own gradient left after the reduction.
   const auto grad_shards = json_lines(grad[0].out, "shard");
@@ -151,21 +161,8 @@ TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40
   CHECK_THAT(full[0].err, Catch::Contains("[zero] full: 4 unit(s) of task mnist's model"));
   const auto full_lines = json_lines(full[0].out, "train");
   REQUIRE(full_lines.size() == 30);
-  for (size_t u = 0; u < 30; ++u) {
-    INFO("update " << u + 1 << ": none " << expected_lines[u].dump() << ", full " << full_lines[u].dump());
-    for (const char* key : {"loss", "gnorm"}) {
-      const double e = expected_lines[u][key].get<double>(), g = full_lines[u][key].get<double>();
-      CHECK(std::abs(g - e) <= 1e-6 * std::abs(e));
-    }
-  }
-  const auto got_full = mnist_params_of(full_dir / "ck/checkpoint_last.pt");
-  REQUIRE(got_full.size() == expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const double d = (got_full[i] - expected[i]).abs().max().item<double>() / expected[i].abs().max().item<double>();
-    INFO("parameter " << i << ": max |difference| relative to max |weight| " << d);
-    CHECK(d <= 1e-6);
-    CHECK(torch::equal(got_full[i], expected[i]));
-  }
+  check_losses_match(expected_lines, full_lines, "full");
+  check_weights_match(expected, mnist_params_of(full_dir / "ck/checkpoint_last.pt"));
   const auto full_shards = json_lines(full[0].out, "shard");
   REQUIRE(full_shards.size() == 3);
   const int64_t quarter = full_shards[0]["param_bytes"].get<int64_t>();
