@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing (scripts/setup.sh), configures once and builds hetseq into build/.
+# Installs what is missing (scripts/setup.sh), configures once and builds hetseq into build/. Arguments go to
+# `cmake --build`: e.g. --target hetseq-train hetseq-eval builds only those programs.
 #   HETSEQ_BUILD_DIR   build directory (default: build)
 #   Torch_DIR / CMAKE_PREFIX_PATH   use your own LibTorch instead of the torch wheel
 #   HETSEQ_BUILD_JOBS  parallel compile jobs (default: number of cores)

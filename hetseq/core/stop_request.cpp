@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "hetseq/core/error.h"
+
 namespace hetseq::stop_request {
 namespace {
 
@@ -82,9 +84,13 @@ void die_with_launcher() {
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died before the call above took effect: then our parent is someone else.
+  // A launcher gone is a lost peer of the run, not a bug in hetseq: the exit-code table's answer to it is to
+  // start the job again, which resumes from the last checkpoint (kExitPeerLost, as for a rank that died).
   if (::getppid() != launcher) {
-    std::fprintf(stderr, "hetseq-train: %s (pid %d) is gone; this worker stops\n", name, static_cast<int>(launcher));
-    std::_Exit(1);
+    std::fprintf(stderr, "hetseq-train: %s (pid %d) is gone; this worker stops (exit code %d: run the job again "
+                 "to resume from its last checkpoint)\n", name, static_cast<int>(launcher),
+                 static_cast<int>(kExitPeerLost));
+    std::_Exit(kExitPeerLost);
   }
 }
 

@@ -19,16 +19,17 @@ void declare_distributed_flags(FlagSet& flags, const DistributedOptions& d) {
                    "workers", d.no_spawn).per_rank();
   declare_ddp_flags(flags, d.ddp);
   flags.add_switch("fast-stat-sync", "reduce logged statistics in one small allreduce", d.fast_stat_sync)
-      .add("zero-sharding", "none; os: each rank keeps the optimizer state of a contiguous shard of the "
-           "parameters, sized by --memory-budget, and the updated shards are gathered (the same training as none); "
-           "os+grad: each rank keeps its shard of the summed gradients too (the same training as none, within "
-           "rounding)",
+      .add("zero-sharding", "none: every rank keeps everything whole; os: each rank keeps the optimizer state of a "
+           "contiguous shard of the parameters, sized by --memory-budget, and the updated shards are gathered (the "
+           "same training as none); os+grad: each rank keeps its shard of the summed gradients too (the same "
+           "training as none, within rounding); full: each rank keeps only its shard of the parameters too, and "
+           "gathers each unit of the model (an encoder layer, say) around its forward and backward (as os+grad)",
            to_string(d.zero_sharding));
   const std::string budget_help =
-      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os and os+grad shards are "
-      "proportional to the ranks' budgets (default: the free memory: CUDA's free device memory, or MemAvailable "
-      "and the cgroup limit). A rank whose parameters, gradients, optimizer state (shard) and measured "
-      "activations do not fit stops before training, naming the bytes";
+      "GB (2^30 bytes) of memory this rank offers for training; under --zero-sharding os, os+grad and full shards "
+      "are proportional to the ranks' budgets (default: the free memory: CUDA's free device memory, or "
+      "MemAvailable and the cgroup limit). A rank whose parameters (shard), gradients (shard), optimizer state "
+      "(shard) and measured activations do not fit stops before training, naming the bytes";
   if (d.memory_budget_bytes) {
     flags.add("memory-budget", budget_help,
               flag_text(static_cast<double>(*d.memory_budget_bytes) / static_cast<double>(int64_t{1} << 30)))
