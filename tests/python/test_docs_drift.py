@@ -1,6 +1,6 @@
 """The docs against the programs (issue 48): a doc that a test reads cannot drift from the code.
 
-  * every flag that README.md or docs/*.md names is one of hetseq-train's, hetseq-eval's or hetseq-trace's (as
+  * every flag that README.md, data/README.md or docs/*.md names is one of hetseq-train's, hetseq-eval's or hetseq-trace's (as
     their --help prints them), or one of a script's that the doc names in the same section, or one of another
     program's (torchrun, Slurm, CMake, pip, ...: OTHER_PROGRAMS, each with its program, which the section must
     name too);
@@ -91,7 +91,8 @@ def program_flags(train_help):
 
 
 def doc_paths():
-    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    return ([os.path.join(ROOT, "README.md"), os.path.join(ROOT, "data", "README.md")] +
+            sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))))
 
 
 def sections(path):
