@@ -9,7 +9,8 @@
     ("--zero-sharding: 'x' is not one of none, os, os+grad, full");
   * the exit-code table (the markdown table whose first column is the code, in docs/errors.md or README.md) has
     a row for each code of hetseq/core/error.h's ExitCode and none other, each row meaning what the constant
-    does; and no code in hetseq/ or tasks/ exits with a number instead of an ExitCode;
+    does; no code in hetseq/ or tasks/ exits with a number instead of an ExitCode, and a worker whose launcher
+    is gone exits with the code of a lost peer;
   * every folder and file that README.md's layout section or docs/layout.md names exists.
 
 The build is found as the other tests find it: beside the hetseq package that PYTHONPATH points to (build/python),
@@ -59,8 +60,8 @@ def program(name):
     return path
 
 
-def run(args, timeout=60):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def run(args, timeout=60, **env):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -298,6 +299,18 @@ def test_the_exit_code_table_is_the_code():
                 problems.append(f"{doc} has a row for code {number} ('{meaning}'), which hetseq/core/error.h does "
                                 f"not define")
     assert not problems, "\n".join(problems)
+
+
+def test_a_worker_whose_launcher_is_gone_exits_as_a_lost_peer():
+    """A worker started by hetseq's launcher that finds the launcher gone (it died before the worker could ask to
+    die with it) stops at once with the code of a lost peer: restarting the job resumes it."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    p = run([program("hetseq-train"), "--task", "mnist", "--cpu", "--max-sentences", "8", "--no-save",
+             "--data", os.path.join(ROOT, "no-such-data")], HETSEQ_LAUNCHER_PID=str(gone.pid))
+    lost_peer = next(number for number, (name, _) in exit_codes_in_code().items() if name == "kExitPeerLost")
+    assert p.returncode == lost_peer, (p.returncode, p.stderr)
+    assert f"the launcher (pid {gone.pid}) is gone" in p.stderr, p.stderr
 
 
 def test_no_code_exits_with_a_bare_number():
