@@ -22,7 +22,7 @@
 # Defaults: --device cpu: configs/bert-tiny.json, fp32, batches 16,32, one intra-op thread and one loader thread
 # (this machine has two cores); --device cuda: configs/bert-base-uncased.json, bf16, batches 32,64,128,256,512.
 # --warmup 20, --updates 100. --data: the BERT example's shards (scripts/bert_data.sh makes them when missing).
-# --trace-dir DIR: hetseq also writes a Kineto trace of 5 updates after the warm-up of its first batch
+# --trace-dir DIR: hetseq also writes a Kineto trace of 5 updates after the timed span of its first batch
 # (DIR/ops_rank0.json, and DIR/trace_rank0.json), for benchmarks/kineto_summary.py.
 set -euo pipefail
 
@@ -109,7 +109,11 @@ if system.startswith("hetseq"):
            "aten_top_ops_per_update": prof.get("aten_top_ops_per_update"),
            "host_reads_per_update": prof["host_reads_per_update"],
            "data_wait_ms": prof["data_wait_ms"], "host_ms": prof["host_ms"], "device_ms": prof["device_ms"],
-           "peak_memory_bytes": prof["peak_memory_bytes"], "final_loss": epoch.get("loss")}
+           "peak_memory_bytes": prof["peak_memory_bytes"], "peak_reserved_bytes": prof.get("peak_reserved_bytes"),
+           "replayed_updates": prof.get("replayed_updates"), "final_loss": epoch.get("loss")}
+    # A --cuda-graph run whose timed updates replayed no graph fell back to eager updates: not a graph figure.
+    if system == "hetseq-graph" and not out["replayed_updates"]:
+        out["system"] = "hetseq-graph-fallback"
 else:
     out = dict(rows[-1])
     out["system"] = system
@@ -150,13 +154,17 @@ for batch in "${batch_list[@]}"; do
         trace=()
         graph=()
         [ "$system" = hetseq-graph ] && graph=(--cuda-graph)
+        total=$((WARMUP + UPDATES))
+        # The trace (and its operator records) covers 5 updates after the timed span, never inside it: its
+        # tracer synchronises per update and boxes every operator's inputs.
         if [ -n "$TRACE_DIR" ] && [ "$first" = 1 ] && [ "$system" = hetseq ]; then
-          trace=(--trace-dir "$TRACE_DIR" --trace-updates "$((WARMUP + 1)):$((WARMUP + 5))" --trace-ops)
+          trace=(--trace-dir "$TRACE_DIR" --trace-updates "$((total + 1)):$((total + 5))" --trace-ops)
+          total=$((total + 5))
         fi
         threads=()
         [ "$THREADS" -gt 0 ] && threads=(--intra-op-threads "$THREADS")
         if "$TRAIN" --task bert --data "$DATA" --config_file "$CONFIG" "${DEVICE_FLAGS[@]}" --max-sentences "$batch" \
-             --max-update "$((WARMUP + UPDATES))" --step-profile "$WARMUP,$UPDATES" --optimizer adam --lr 1e-4 \
+             --max-update "$total" --step-profile "$WARMUP,$UPDATES" --optimizer adam --lr 1e-4 \
              --weight-decay 0.01 --clip-norm 1.0 --lr_scheduler fixed --max_pred_length 20 --disable-validation \
              --no-save --log-format json --log-interval 1000000 --num-workers "$LOADERS" --no-progress-bar \
              "${threads[@]}" "${PRECISION_FLAGS[@]}" "${trace[@]}" "${graph[@]}" >"$WORK/out" 2>"$WORK/err"; then

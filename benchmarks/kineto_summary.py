@@ -11,7 +11,7 @@ Prints one JSON line:
 - kernels: events of category "kernel" (GPU kernels; memcpy and memset count apart, as "gpu_memcpy"/"gpu_memset");
 - the GPU's idle fraction: 1 - (time covered by at least one kernel, memcpy or memset) / (first start to last end);
 - host syncs: CUDA runtime calls that make the host wait (cudaStreamSynchronize, cudaDeviceSynchronize,
-  cudaEventSynchronize, and a cudaMemcpy that is not Async);
+  cudaEventSynchronize, and a cudaMemcpy that is not Async), matched by prefix (versioned names included);
 - cpu_ops: events of category "cpu_op" (ATen operators, nested ones included).
 A trace of a CPU-only run has no kernels: the GPU figures are then null.
 """
@@ -20,6 +20,12 @@ import collections
 import json
 
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def is_sync(name):
+    """A runtime call that makes the host wait, matched by prefix: CUDA's traces name versions of a call too
+    (cudaStreamSynchronize_ptsz, cudaMemcpy_v2); an Async copy does not wait."""
+    return name.startswith(SYNC_CALLS) and "Async" not in name
 
 
 def union_ms(intervals):
@@ -57,7 +63,7 @@ def main():
             kernel_us += dur
         if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             device_intervals.append((float(e["ts"]), float(e["ts"]) + dur))
-        if cat == "cuda_runtime" and name in SYNC_CALLS:
+        if cat == "cuda_runtime" and is_sync(name):
             syncs += 1
         if cat == "cpu_op":
             cpu_ops += 1

@@ -29,24 +29,36 @@
 #       gpu_check_pack_rehearse).
 #   bash PACK/gpu_check.sh --run [--out DIR] [--steps LIST] [--tests SPEC] [--budget S]
 #       On the GPU machine, from the packed folder (or scripts/gpu_check.sh --run --pack-dir PACK). Writes DIR
-#       (default $OUT): summary.json (one record per step: status, seconds, figures, the reason of a failure) and
-#       gpu_check.log, plus each step's own logs. Every step has a timeout; a failed step is recorded and the next
-#       one runs. Steps (default all, in this order; --budget S, default 530, bounds the whole):
+#       (default $OUT): summary.json (one record per step: status, seconds, figures, the reason of a failure;
+#       rewritten after every step, so that a command killed mid-way leaves every finished step's figures) and
+#       gpu_check.log, plus each step's own logs. Every step has a budget (--print-plan) and runs bounded by it and
+#       by what is left of the whole (--budget S, default the plan's total): while it runs, not only before it
+#       starts. A failed step is recorded and the next one runs.
+#       The default plan fits one 10-minute device command with 90 s to spare: route, cuda (the BERT-related CUDA
+#       tests), bert (the sweep, largest batch first: hetseq, hetseq-graph, the eager peer; the data line; the
+#       profile). The other steps (cuda-all, nccl1, gloo2, hetero, compiled, mnist2, scaling, tests) are for a
+#       second call, named with --steps.
+#   scripts/gpu_check.sh --print-plan [--steps LIST] [--budget S]
+#       Prints the plan that --run would follow with the same arguments, as one JSON line:
+#       {"steps":[{"name":..,"budget_s":..}],"total_s":N} (total_s: what the whole may take, at most --budget).
 #         route   prints the machine's glibc, torch (version, CUDA, library folder), GPUs, nvcc; uses the packed
 #                 binaries when torch is the packed version and glibc is new enough, else builds src/ there
 #                 against the machine's LibTorch with prefix/ (the ldd check is then repeated on what it built)
-#         cuda    the CUDA tests ([cuda]): MNIST, exactness with CUDA ranks, fp16, bf16, resume, unused params, NCCL
+#         cuda    the BERT-related CUDA tests ([cuda][bert], and the steady state's host syncs)
+#         cuda-all  every CUDA test ([cuda]): MNIST, exactness with CUDA ranks, fp16, bf16, resume, unused params, NCCL
 #         nccl1   MNIST on one GPU (samples/s), and the NCCL world-size-1 test
 #         gloo2   MNIST on 2 ranks sharing GPU 0 over Gloo with CUDA tensors (samples/s)
 #         hetero  a GPU rank and two CPU ranks over Gloo, equal batches (exact weighting), then --auto-balance;
 #                 samples/s of both against the GPU alone at the same samples per update, and the final split
-#         bert    benchmarks/bert_throughput.sh: BERT-base, 128 tokens, bf16, one GPU, a sweep over batches 32..512
-#                 (up to the largest that fits) of hetseq (with and without --cuda-graph), the PyTorch peer and
-#                 the compiled peer: sequences/s, MFU by both FLOP counts, peak memory, data wait, host and device
+#         bert    benchmarks/bert_throughput.sh: BERT-base, 128 tokens, bf16, one GPU, a sweep over batches 512,
+#                 256, 128 (largest first) of hetseq (with and without --cuda-graph) and the PyTorch peer: sequences/s, MFU by both FLOP counts, peak memory, data wait, host and device
 #                 ms and ATen operators per update, as `bert_sweep` in the summary; the data path alone; and a
 #                 Kineto trace of 5 hetseq updates summarised (top 20 kernels, the GPU's idle fraction, kernels
 #                 and host syncs per update) as `bert_profile`. --bert ARGS replaces the benchmark's arguments
-#                 (the rehearsal runs it on the CPU with tiny BERT). Without a GPU it runs on the CPU.
+#                 (the rehearsal runs it on the CPU with tiny BERT). Without a GPU it runs on the CPU. Each row
+#                 carries replayed_updates and final_loss; a hetseq-graph run that replayed nothing is relabelled
+#                 hetseq-graph-fallback.
+#         compiled  the compiled peer (torch.compile) at batches 256 and 128, as rows of the same sweep
 #         mnist2  2 CPU ranks of one node on the packed data (what --rehearse runs)
 #         scaling benchmarks/mnist_distributed_throughput.sh on the machine's CPUs (cases one, two, three-hetero, 2
 #                 repeats of 100 updates, --fast-stat-sync; --scaling ARGS replaces those arguments): hetseq's
@@ -80,7 +92,8 @@ die() { echo "[gpu_check] error: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -uo/p' "$SCRIPT" | sed '$d; s/^# \{0,1\}//'; }
 
 do_pack=0 do_rehearse=0 do_run=0
-build="" pack="" out="${OUT:-}" steps="route,cuda,nccl1,gloo2,hetero,bert,mnist2,scaling,tests" test_spec="" budget=530
+build="" pack="" out="${OUT:-}" steps="route,cuda,bert" test_spec="" budget=""
+do_print_plan=0
 scaling_args="--cases one,two,three-hetero --repeats 2 --updates 100 --fast-stat-sync"
 bert_args=""
 while [ "$#" -gt 0 ]; do
@@ -88,6 +101,7 @@ while [ "$#" -gt 0 ]; do
     --pack) do_pack=1; shift ;;
     --rehearse) do_rehearse=1; shift ;;
     --run) do_run=1; shift ;;
+    --print-plan) do_print_plan=1; shift ;;
     --build) [ "$#" -ge 2 ] || die "--build needs a directory"; build="$2"; shift 2 ;;
     --pack-dir) [ "$#" -ge 2 ] || die "--pack-dir needs a directory"; pack="$2"; shift 2 ;;
     --out) [ "$#" -ge 2 ] || die "--out needs a directory"; out="$2"; shift 2 ;;
@@ -100,7 +114,48 @@ while [ "$#" -gt 0 ]; do
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
-[ $((do_pack + do_rehearse + do_run)) -gt 0 ] || die "give --pack, --rehearse or --run (see --help)"
+[ $((do_pack + do_rehearse + do_run + do_print_plan)) -gt 0 ] || die "give --pack, --rehearse, --run or --print-plan (see --help)"
+
+# Each step's budget in seconds: the most it may take (its runs are cut at it). The default plan, route,cuda,bert,
+# sums to 480 s: one 10-minute device command with 120 s to spare for the machine's transfers.
+step_budget() {
+  case "$1" in
+    route) echo 60 ;;        # the packed binaries: 5-20 s; the source route needs a second call's budget
+    cuda) echo 120 ;;        # 3 tests, 4 at a time, each a start of LibTorch and CUDA
+    bert) echo 300 ;;        # 3 batches x 3 systems of 10 + 50 updates, about 25 s each; the data line; profile
+    cuda-all) echo 240 ;;
+    nccl1) echo 100 ;;
+    gloo2) echo 100 ;;
+    hetero) echo 160 ;;
+    compiled) echo 300 ;;    # torch.compile, cold, per batch: 75-135 s
+    mnist2) echo 90 ;;
+    scaling) echo 240 ;;
+    tests) echo 480 ;;
+    *) echo 0 ;;
+  esac
+}
+plan_total() {
+  local s total=0
+  for s in ${steps//,/ }; do total=$(( total + $(step_budget "$s") )); done
+  echo "$total"
+}
+for s in ${steps//,/ }; do
+  [ "$(step_budget "$s")" -gt 0 ] || die "--steps: unknown step '$s' (route, cuda, bert, cuda-all, nccl1, gloo2, hetero, compiled, mnist2, scaling, tests)"
+done
+[ -n "$budget" ] || budget="$(plan_total)"
+if [ "$do_print_plan" -eq 1 ]; then
+  total=0 sep="" json=""
+  for s in ${steps//,/ }; do
+    b=$(step_budget "$s")
+    [ $(( total + b )) -le "$budget" ] || b=$(( budget - total ))
+    [ "$b" -gt 0 ] || b=0
+    total=$(( total + b ))
+    json="$json$sep{\"name\":\"$s\",\"budget_s\":$b}"
+    sep=","
+  done
+  echo "{\"steps\":[$json],\"total_s\":$total}"
+  exit 0
+fi
 [ "$do_run" -eq 0 ] || [ $((do_pack + do_rehearse)) -eq 0 ] || die "--run runs alone, on the GPU machine"
 
 # Inside a packed folder the script sits next to manifest.json; in the repository it sits in scripts/.
@@ -336,6 +391,18 @@ check_closure() {
 # ---------------------------------------------------------------------------------------------------------------
 run_start=$(date +%s)
 remaining() { echo $(( budget - ($(date +%s) - run_start) )); }
+# The current step's end (run_checks sets it: its start plus its budget, at most the whole's end); every command
+# of a step runs bounded by it (run_logged), so a step cannot outlive its budget.
+step_deadline=0
+step_left() {
+  local left=$(( step_deadline - $(date +%s) ))
+  [ "$left" -gt 1 ] && echo "$left" || echo 1
+}
+# cap N: N seconds, or what the step has left if that is less (N outside a step: the rehearsal's configure).
+cap() {
+  [ "$step_deadline" -gt 0 ] || { echo "$1"; return; }
+  local left; left="$(step_left)"; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
 
 # One step's record: a JSON object in $out/steps/NAME.json. Fields: status (passed, failed, skipped), seconds,
 # reason, and figures given as key=text (a string), key:=value (JSON) or @FILE (a JSON object).
@@ -383,7 +450,8 @@ PYEOF
 # Runs a command with a timeout, output to $out/logs/NAME.log; returns its exit code (124 on timeout).
 run_logged() {
   local name="$1" limit="$2"; shift 2
-  echo "+ $*" >>"$out/logs/$name.log"
+  limit="$(cap "$limit")"
+  echo "+ (limit ${limit} s) $*" >>"$out/logs/$name.log"
   timeout --kill-after=10 "$limit" "$@" >>"$out/logs/$name.log" 2>&1
 }
 
@@ -526,7 +594,7 @@ run_tests() {
     record "$name" failed $(( $(date +%s) - t0 )) "hetseq-tests --list-test-names-only listed nothing (logs/$name.log)"
     return 1
   fi
-  local deadline=$(( run_start + budget - reserve ))
+  local deadline=$(( step_deadline - reserve ))
   mkdir -p "$out/logs/$name"
   export BIN out deadline results
   export HETSEQ_TEST_SOURCE_DIR HETSEQ_TEST_BINARY_DIR HETSEQ_TEST_FASHION_MNIST HETSEQ_TEST_PYTHON
@@ -654,26 +722,29 @@ step_hetero() {
 # BERT: benchmarks/bert_throughput.sh's sweep (hetseq, hetseq with --cuda-graph, the peer, the compiled peer), the
 # data path, and the Kineto profile of 5 hetseq updates, into the summary as bert_sweep, bert_data, bert_profile.
 step_bert() {
-  local t0=$(date +%s) rc=0 device=cpu args limit
+  local name="${1:-bert}" t0=$(date +%s) rc=0 device=cpu args limit
   nvidia-smi -L >/dev/null 2>&1 && device=cuda
-  if [ -n "$bert_args" ]; then
+  if [ "$name" = compiled ]; then
+    args="--device cuda --batches 256,128 --systems peer-compiled --warmup 10 --updates 50"
+    [ "$device" = cuda ] || { record compiled skipped 0 "no GPU: the compiled peer is measured on a GPU only"; return 0; }
+  elif [ -n "$bert_args" ]; then
     args="$bert_args"
   elif [ "$device" = cuda ]; then
-    args="--device cuda --batches 32,64,128,256,512 --systems hetseq,hetseq-graph,peer,peer-compiled,data --compiled-batches 128,512 --warmup 20 --updates 100"
+    args="--device cuda --batches 512,256,128 --systems hetseq,hetseq-graph,peer,data --warmup 10 --updates 50"
   else
     args="--device cpu --batches 16 --warmup 5 --updates 20 --systems hetseq,peer,data"
   fi
-  [ -n "$TORCH_PY" ] || { record bert failed 0 "no Python with torch for the peers and the FLOP counts"; return 1; }
-  limit=$(( $(remaining) - 60 > 420 ? 420 : $(remaining) - 60 ))
-  [ "$limit" -gt 60 ] || { record bert failed 0 "no time left in the budget"; return 1; }
+  [ -n "$TORCH_PY" ] || { record "$name" failed 0 "no Python with torch for the peers and the FLOP counts"; return 1; }
+  limit="$(step_left)"
+  [ "$limit" -gt 60 ] || { record "$name" failed 0 "no time left in the budget"; return 1; }
   rm -rf "$work_dir/bert-trace"
   # shellcheck disable=SC2086
-  run_logged bert "$limit" bash "$pack/src/benchmarks/bert_throughput.sh" --build "$(dirname "$BIN")" \
+  run_logged "$name" "$limit" bash "$pack/src/benchmarks/bert_throughput.sh" --build "$(dirname "$BIN")" \
     --python "$TORCH_PY" --data "$pack/data/bert/shards" --trace-dir "$work_dir/bert-trace" --deadline $((limit - 45)) $args || rc=1
-  "$JSON_PY" - "$out/logs/bert.log" "$work_dir/bert-trace" "$TORCH_PY" "$pack/src/benchmarks/kineto_summary.py" \
-    "$args" >"$work_dir/bert.json" <<'PYEOF' || rc=1
+  "$JSON_PY" - "$out/logs/$name.log" "$work_dir/bert-trace" "$TORCH_PY" "$pack/src/benchmarks/kineto_summary.py" \
+    "$args" "$name" >"$work_dir/$name.json" <<'PYEOF' || rc=1
 import json, os, subprocess, sys
-log, trace_dir, torch_py, summary, args = sys.argv[1:]
+log, trace_dir, torch_py, summary, args, name = sys.argv[1:]
 sweep, data = [], None
 for line in open(log, errors="replace"):
     if not line.startswith("{"):
@@ -688,22 +759,26 @@ for line in open(log, errors="replace"):
         sweep.append({k: row.get(k) for k in ("system", "batch", "sequences_per_s", "mfu_model", "mfu_6nt",
                                                "peak_memory_bytes", "model_flops_per_sequence",
                                                "flops_6nt_per_sequence", "aten_ops_per_update", "data_wait_ms",
-                                               "host_ms", "device_ms", "host_reads_per_update", "error")})
+                                               "host_ms", "device_ms", "host_reads_per_update",
+                                               "peak_reserved_bytes", "replayed_updates", "final_loss", "error")})
 profile = None
 ops = os.path.join(trace_dir, "ops_rank0.json")
 if os.path.exists(ops):
     p = subprocess.run([torch_py, summary, ops, "--updates", "5"], capture_output=True, text=True)
     profile = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-300:]}
 ok = [r for r in sweep if r.get("sequences_per_s")]
+if name == "compiled":
+    json.dump({"compiled_args": args, "compiled_sweep": sweep, "compiled_ok_rows": len(ok)}, sys.stdout)
+    sys.exit(0 if ok else 1)
 json.dump({"bert_args": args, "bert_sweep": sweep, "bert_data": data, "bert_profile": profile,
            "bert_ok_rows": len(ok)}, sys.stdout)
 sys.exit(0 if ok and data else 1)
 PYEOF
   if [ "$rc" -eq 0 ]; then
-    record bert passed $(( $(date +%s) - t0 )) "" "device=$device" "@$work_dir/bert.json"
+    record "$name" passed $(( $(date +%s) - t0 )) "" "device=$device" "@$work_dir/$name.json"
   else
-    record bert failed $(( $(date +%s) - t0 )) "the sweep, the data line or the profile is missing (logs/bert.log)" \
-      "device=$device" "@$work_dir/bert.json"
+    record "$name" failed $(( $(date +%s) - t0 )) "the sweep, the data line or the profile is missing (logs/$name.log)" \
+      "device=$device" "@$work_dir/$name.json"
     return 1
   fi
 }
@@ -749,6 +824,45 @@ PYEOF
   fi
 }
 
+# summary.json from the steps recorded so far, with the device's record; written after every step (and so replaced
+# whole each time: os.replace of a finished file, never a half-written one).
+write_summary() {
+  "$JSON_PY" - "$out" "$budget" "$(( $(date +%s) - run_start ))" "$steps" <<'PYEOF'
+import glob, json, os, sys
+out, budget, seconds, planned = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+steps = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "steps", "*.json")), key=os.path.getmtime)]
+device = None
+if os.path.exists(os.path.join(out, "device.json")):
+    device = json.load(open(os.path.join(out, "device.json")))
+done = [s["step"] for s in steps]
+summary = {"passed": len(done) == len(planned) and all(s["status"] == "passed" for s in steps),
+           "seconds": seconds, "budget_s": budget, "planned": planned,
+           "not_finished": [p for p in planned if p not in done], "device": device, "steps": steps}
+tmp = os.path.join(out, "summary.json.tmp")
+json.dump(summary, open(tmp, "w"), indent=1)
+os.replace(tmp, os.path.join(out, "summary.json"))
+PYEOF
+}
+
+# The device's name, clocks and memory (nvidia-smi), once, into device.json for the summary.
+write_device_info() {
+  "$JSON_PY" - "$out/device.json" <<'PYEOF'
+import json, subprocess, sys
+fields = ["name", "driver_version", "memory.total", "memory.reserved", "memory.used", "clocks.sm", "clocks.max.sm",
+          "clocks.mem", "clocks.max.mem", "power.limit", "pstate"]
+info = {}
+for f in fields:  # one query each: a field that this driver does not know fails alone
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=" + f, "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20)
+        if p.returncode == 0 and p.stdout.strip():
+            info[f] = p.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+json.dump(info or {"gpu": None}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+}
+
 run_checks() {
   [ -f "$pack/manifest.json" ] || die "$pack/manifest.json not found: give the packed folder (--pack-dir) or pack first"
   [ -n "$out" ] || out="$pack/../gpu-check-out"
@@ -763,23 +877,27 @@ run_checks() {
   log "run of $pack into $out: steps $steps, budget $budget s"
   export HETSEQ_TEST_SOURCE_DIR="$pack/src" HETSEQ_TEST_FASHION_MNIST="$pack/data/fashion-mnist"
   BIN="" TORCH_PY=""
-  local failed=0 s spec reserve
+  local failed=0 s spec
+  write_device_info
   for s in ${steps//,/ }; do
     if [ "$s" != route ] && [ -z "$BIN" ]; then
-      record "$s" skipped 0 "no binaries: the route step failed or did not run"; failed=1; continue
+      record "$s" skipped 0 "no binaries: the route step failed or did not run"; failed=1; write_summary; continue
     fi
-    if [ "$(remaining)" -le 10 ]; then record "$s" skipped 0 "the budget of $budget s was spent"; failed=1; continue; fi
+    if [ "$(remaining)" -le 10 ]; then
+      record "$s" skipped 0 "the budget of $budget s was spent"; failed=1; write_summary; continue
+    fi
+    step_deadline=$(( $(date +%s) + $(step_budget "$s") ))
+    [ "$step_deadline" -le $(( run_start + budget )) ] || step_deadline=$(( run_start + budget ))
     case "$s" in
       route) step_route || failed=1
              export HETSEQ_TEST_BINARY_DIR="$(dirname "$BIN")" HETSEQ_TEST_PYTHON="$TORCH_PY" ;;
-      cuda) # 300 s kept for the measuring steps after it, when any was asked for
-            reserve=10
-            [[ ",$steps," =~ ,(nccl1|gloo2|hetero|bert|mnist2|scaling), ]] && reserve=300
-            run_tests cuda "[cuda]" 4 "$reserve" || failed=1 ;;
+      cuda) run_tests cuda "${test_spec:-[cuda][bert],CUDA: an update syncs with the device not at all*}" 4 5 || failed=1 ;;
+      cuda-all) run_tests cuda-all "[cuda]" 4 5 || failed=1 ;;
       nccl1) step_nccl1 || failed=1 ;;
       gloo2) step_gloo2 || failed=1 ;;
       hetero) step_hetero || failed=1 ;;
-      bert) step_bert || failed=1 ;;
+      bert) step_bert bert || failed=1 ;;
+      compiled) step_bert compiled || failed=1 ;;
       mnist2) step_mnist2 || failed=1 ;;
       scaling) step_scaling || failed=1 ;;
       tests) # the CUDA tests ran in their own step when it was asked for
@@ -789,20 +907,14 @@ run_checks() {
              spec="$test_spec"
              # [test-plugin]: the plugin .so the build makes for the --user-dir tests is not packed.
              [ -z "$spec" ] && spec="~[.]~[installed-data]~[slurm]~[netns]~[test-plugin]"
-             [ -z "$test_spec" ] && [[ ",$steps," == *,cuda,* ]] && spec="$spec~[cuda]"
+             [ -z "$test_spec" ] && [[ ",$steps," =~ ,cuda(-all)?, ]] && spec="$spec~[cuda]"
              run_tests tests "$spec" "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" 5 || failed=1 ;;
-      *) record "$s" failed 0 "unknown step (see --help)"; failed=1 ;;
     esac
+    write_summary
   done
-  "$JSON_PY" - "$out" "$budget" "$(( $(date +%s) - run_start ))" <<'PYEOF'
-import glob, json, os, sys
-out, budget, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-steps = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "steps", "*.json")), key=os.path.getmtime)]
-summary = {"passed": all(s["status"] == "passed" for s in steps), "seconds": seconds, "budget_s": budget,
-           "steps": steps}
-json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print(json.dumps({s["step"]: s["status"] for s in steps}))
-PYEOF
+  write_summary
+  "$JSON_PY" -c 'import json, sys; print(json.dumps({s["step"]: s["status"] for s in json.load(open(sys.argv[1]))["steps"]}))' \
+    "$out/summary.json"
   log "summary: $out/summary.json"
   return "$failed"
 }
@@ -869,6 +981,38 @@ PYEOF
     die "the rehearsal's --run failed (summary and failed steps' logs above; logs in $out_dir)"
   fi
   [ "$rc" -eq 0 ] || die "the rehearsal's --run exited $rc"
+  # The default plan fits one 10-minute device command with 90 s to spare.
+  local plan_total
+  plan_total="$(bash "$tmp/pack/gpu_check.sh" --print-plan | python3 -c 'import json, sys; print(json.load(sys.stdin)["total_s"])')"
+  [ "$plan_total" -le 510 ] || die "--print-plan: the default plan takes $plan_total s, more than 510"
+  log "default plan: $plan_total s (at most 510)"
+  # A command killed mid-way (the device command's limit) leaves the figures of every step it finished.
+  local killed_out="$tmp/killed-out" waited=0
+  env -i PATH=/usr/bin:/bin HOME="$tmp/home" TMPDIR="$tmp/tmp" HETSEQ_CLOSURE=strict \
+    HETSEQ_TORCH_LIB="$tmp/site/torch/lib" HETSEQ_TORCH_VERSION="$version" HETSEQ_PYTHON="$rehearse_python" \
+    setsid bash "$tmp/pack/gpu_check.sh" --run --out "$killed_out" --steps route,mnist2,bert \
+    --bert "--device cpu --batches 8 --warmup 3 --updates 2000 --systems hetseq" >/dev/null 2>&1 &
+  local killed_pid=$!
+  while [ ! -f "$killed_out/steps/mnist2.json" ] && [ "$waited" -lt 120 ]; do sleep 1; waited=$((waited + 1)); done
+  sleep 2  # into the bert step
+  # The whole session: `timeout` puts each step's command in a process group of its own.
+  pkill -KILL -s "$killed_pid" 2>/dev/null
+  wait "$killed_pid" 2>/dev/null
+  local left
+  left="$(pgrep -s "$killed_pid" | wc -l)"
+  [ "$left" -eq 0 ] || { pkill -KILL -s "$killed_pid"; die "$left processes of the killed --run outlived the kill"; }
+  python3 - "$killed_out/summary.json" <<'PYEOF' || die "a --run killed mid-way did not leave its finished steps in summary.json (above)"
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit(f"[gpu_check] error: no summary.json after the kill: {e}")
+done = {x["step"]: x["status"] for x in s["steps"]}
+if done.get("route") != "passed" or done.get("mnist2") != "passed" or "bert" in done or s["not_finished"] != ["bert"]:
+    sys.exit(f"[gpu_check] error: summary after the kill: steps {done}, not finished {s['not_finished']}")
+print("[gpu_check] a --run killed in its bert step left route and mnist2 in summary.json, bert not finished",
+      file=sys.stderr)
+PYEOF
   # The source route's configure against the second torch's CMake files; its cache shows where each dependency came from.
   if ! (out="$out_dir" pack="$tmp/pack" TORCH_PY="" \
         configure_source "$tmp/src-build" "$site/torch/share/cmake" -G Ninja); then

@@ -19,9 +19,10 @@ namespace hetseq {
 //   (Note [Reading an update late]). The graph's inputs are static device tensors that each replay first
 //   copies its batch into; its outputs (the statistics, the norm) live in the graph's memory and are copied to
 //   the host after each replay as an eager update's are.
-// - order: the first fitting update runs eagerly on the capture stream (cuBLAS's and cuDNN's lazy set-up
-//   happens there, outside a capture, and the optimizer makes its state); the second is captured and then
-//   replayed; every later one is replayed. A batch of another shape (the short last batch of an epoch) trains
+// - order: the first kGraphWarmUps (3) fitting updates run eagerly on the capture stream (cuBLAS's and cuDNN's
+//   lazy set-up happens there, outside a capture, the optimizer makes its state, the allocator settles); the
+//   cache is emptied, the next is captured (in thread-local mode: the loader's threads pin memory meanwhile)
+//   and then replayed; every later one is replayed. A batch of another shape (the short last batch of an epoch) trains
 //   eagerly in between; the line that says so comes once.
 // - dropout: the update's seed is set before each replay; the graph reads the CUDA generator's seed and offset
 //   when it is replayed, so each update draws its own masks.
@@ -86,17 +87,22 @@ UpdateResult Controller::capture_update(const Batch& batch) {
       graph_norm_ = late_norm_;
     });
   } catch (const c10::Error& e) {
-    graph_state_ = GraphState::kOff;
-    graph_ = nullptr;
-    graph_batch_ = Batch();
-    log::warn("[cuda-graph] not captured: the update could not be recorded ({}); training goes on uncaptured",
-              e.what_without_backtrace());
-    return eager_update({batch});
+    return capture_failed(batch, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return capture_failed(batch, e.what());
   }
   graph_state_ = GraphState::kReplay;
   log::info("[cuda-graph] update {} captured: {} samples a batch, replayed from now on", num_updates_ + 1,
             batch.num_samples);
   return replay_update(batch);
+}
+
+UpdateResult Controller::capture_failed(const Batch& batch, const std::string& why) {
+  graph_state_ = GraphState::kOff;
+  graph_ = nullptr;
+  graph_batch_ = Batch();
+  log::warn("[cuda-graph] not captured: the update could not be recorded ({}); training goes on uncaptured", why);
+  return eager_update({batch});
 }
 
 UpdateResult Controller::replay_update(const Batch& batch) {
@@ -109,6 +115,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
   }
   UpdateResult result;
   result.loss_scale = 1.0;
+  result.replayed = true;
   sharding_->reducer().before_forward();
   channel_->start_update(graph_host_log_, stop_vote_);
   {

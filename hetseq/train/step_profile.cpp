@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -28,16 +30,19 @@ double median_ms(std::vector<double> seconds) {
   return 1e3 * mid;
 }
 
-int64_t peak_memory_bytes(const c10::Device& device) {
+/// The peak allocation and the peak reservation: CUDA's caching allocator's on a GPU; on a CPU the process's
+/// peak resident set, and no reservation.
+std::pair<int64_t, int64_t> peak_memory_bytes(const c10::Device& device) {
 #ifdef HETSEQ_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return {stats.allocated_bytes[all].peak, stats.reserved_bytes[all].peak};
   }
 #endif
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
+  return {static_cast<int64_t>(usage.ru_maxrss) * 1024, 0};  // kilobytes on Linux
 }
 
 }  // namespace
@@ -60,6 +65,7 @@ void StepProfile::on_update(const UpdateRecord& record) {
     return;
   }
   for (int64_t share : record.shares) samples_ += share;
+  if (record.result && record.result->replayed) ++replayed_;
   data_s_.push_back(record.times.data_s);
   host_s_.push_back(record.times.total_s);
   device_s_.push_back(record.times.compute_s);
@@ -82,7 +88,8 @@ void StepProfile::finish() {
   r.data_wait_ms = median_ms(data_s_);
   r.host_ms = median_ms(host_s_);
   r.device_ms = median_ms(device_s_);
-  r.peak_memory_bytes = peak_memory_bytes(options_.device);
+  std::tie(r.peak_memory_bytes, r.peak_reserved_bytes) = peak_memory_bytes(options_.device);
+  r.replayed_updates = replayed_;
   result_ = r;
   if (options_.rank == 0) {
     const std::string line = step_profile_json(r, options_.rank);
@@ -115,6 +122,8 @@ std::string step_profile_json(const StepProfileResult& r, int64_t rank) {
   j["aten_top_ops_per_update"] = r.aten_top_ops_per_update;
   j["host_reads_per_update"] = r.host_reads_per_update;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["replayed_updates"] = r.replayed_updates;
   j["clock"] = r.clock;
   return j.dump();
 }

@@ -35,6 +35,8 @@ struct StepProfileResult {
   double aten_top_ops_per_update = 0;
   double host_reads_per_update = 0;
   int64_t peak_memory_bytes = 0;   // the device's peak allocation (CUDA), or the process's peak RSS (CPU)
+  int64_t peak_reserved_bytes = 0; // the caching allocator's peak reservation (CUDA; 0 on a CPU)
+  int64_t replayed_updates = 0;    // timed updates that replayed a CUDA graph (Note [CUDA-graph updates])
   const char* clock = "";
 };
 
@@ -72,6 +74,7 @@ class StepProfile final : public TrainingObserver {
   StepProfileOptions options_;
   int64_t seen_ = 0;
   int64_t samples_ = 0;
+  int64_t replayed_ = 0;
   std::vector<double> data_s_, host_s_, device_s_;  // [timed update]
   std::unique_ptr<OpCounter> counter_;
   std::unique_ptr<ComputeTimer> timer_;

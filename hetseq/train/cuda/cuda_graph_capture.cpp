@@ -2,6 +2,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
@@ -31,9 +32,14 @@ class CudaGraphCapture final : public GraphCapture {
     // A cast cached by autocast during capture would live in the graph's memory and be read by later
     // eager code; PyTorch's graph documentation asks for the cache off while capturing.
     at::autocast::set_autocast_cache_enabled(false);
+    // The warm-up's blocks go back to the driver first: the graph's private pool and the eager pool are
+    // then not both held at their peaks (Note [CUDA-graph updates]).
+    c10::cuda::CUDACachingAllocator::emptyCache();
     try {
       on_side([&] {
-        graph_.capture_begin();
+        // Thread-local mode: the loader's threads keep pinning host memory (cudaHostAlloc) while this thread
+        // captures; in the default global mode such a call from any thread breaks the capture.
+        graph_.capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
         try {
           work();
         } catch (...) {
