@@ -3,7 +3,7 @@
 # CPU by a cgroup quota, against the two fast ranks alone with the same global batch, alternating in one run.
 #
 #   benchmarks/sit_out.sh [--repeats R] [--updates N] [--steady-from K] [--quota US] [--build DIR]
-#                         [--data DIR] [--python PY] [--out DIR]
+#                         [--data DIR] [--python PY] [--out DIR] [--whole SHORT]
 #
 # Variants, one after the other within each repeat (R repeats, default 3):
 #   sit-out: 3 ranks, --max-sentences 95/95/2 (192 samples per update), --auto-balance: rank 0 on CPU 0,
@@ -21,12 +21,17 @@
 # largest difference between their final weights and those of one process that trains on the same 192
 # samples per update (with PY's torch; default: the torch wheel's venv from scripts/setup.sh): the two
 # ranks alone show what summing in another order alone gives.
+# --whole SHORT: the whole run instead of its steady state, validations (the test split, at the epoch's end and at
+# --updates) and start-up included: each variant runs SHORT and N updates, and its figure is the samples of
+# updates SHORT+1..N over the difference of the two runs' wall times (start to exit, every rank), so that what
+# both runs share (start-up, the final validation and save) cancels. E.g. --updates 450 --whole 150: the 450-update
+# run validates at the end of epoch 1 (update 313) and at 450, the 150-update run at 150.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/benchmarks/common.sh"
 
 repeats=3 updates=300 steady=60 quota=1000 build="$root/build" data=/usr/share/datasets/fashion-mnist python=""
-out=""
+out="" whole=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --repeats) need_value "$@"; repeats="$2"; shift 2 ;;
@@ -37,6 +42,7 @@ while [ "$#" -gt 0 ]; do
     --data) need_value "$@"; data="$2"; shift 2 ;;
     --python) need_value "$@"; python="$2"; shift 2 ;;
     --out) need_value "$@"; out="$2"; shift 2 ;;
+    --whole) need_value "$@"; whole="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -61,9 +67,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+validation=(--disable-validation)
+[ "$whole" -eq 0 ] || validation=(--valid-subset test)
 common=(--task mnist --data "$data" --cpu --dropout 0,0 --optimizer sgd --lr 0.05 --num-workers 0
-        --intra-op-threads 1 --no-progress-bar --log-format json --log-interval 1 --disable-validation
-        --max-update "$updates" --distributed-timeout 120 --seed 3)
+        --intra-op-threads 1 --no-progress-bar --log-format json --log-interval 1 "${validation[@]}"
+        --distributed-timeout 120 --seed 3)
+max_update="$updates"
 
 # run_ranks DIR WORLD "cpu:batch[:slow]"... : one run, each rank pinned, the slow one in the cgroup.
 run_ranks() {
@@ -73,7 +82,7 @@ run_ranks() {
   pids=()
   for spec in "$@"; do
     IFS=: read -r cpu batch slow <<<"$spec"
-    local args=("${common[@]}" --save-dir "$dir/save" --max-sentences "$batch" --distributed-world-size "$world"
+    local args=("${common[@]}" --max-update "$max_update" --save-dir "$dir/save" --max-sentences "$batch" --distributed-world-size "$world"
                 --distributed-rank "$r" --distributed-init-method "file://$dir/rendezvous")
     [ "$world" -eq 3 ] && args+=(--auto-balance)
     if [ -n "$slow" ]; then
@@ -113,6 +122,35 @@ b = torch.load(sys.argv[2], weights_only=True, map_location="cpu")["model"]
 print(f"{max((a[k] - b[k]).abs().max().item() for k in a):.3g} (largest weight {max(a[k].abs().max().item() for k in a):.3g})")
 EOF
 }
+
+# whole_rate VARIANT_DIR_PREFIX WORLD SPECS...: --whole's figure of one variant (runs of SHORT and N updates).
+whole_rate() {
+  local dir="$1" world="$2"; shift 2
+  local t0 t1 t2
+  t0="$(date +%s.%N)"; max_update="$whole" run_ranks "$dir-short" "$world" "$@"
+  t1="$(date +%s.%N)"; max_update="$updates" run_ranks "$dir-long" "$world" "$@"
+  t2="$(date +%s.%N)"
+  "$python" -c "print(f'{192 * ($updates - $whole) / (($t2 - $t1) - ($t1 - $t0)):.1f}')"
+}
+
+if [ "$whole" -gt 0 ]; then
+  [ "$whole" -lt "$updates" ] || die "--whole $whole must be below --updates $updates"
+  echo "[sit-out] whole runs: $repeats repeats of $whole and $updates updates with validation, rank 2 held to" \
+       "$quota us of 100000; logs in ${out:=$(mktemp -d /tmp/hetseq-sit-out.XXXXXX)}"
+  mkdir -p "$out"
+  sit=() two=() ratios=()
+  for i in $(seq 1 "$repeats"); do
+    a="$(whole_rate "$out/sit-out-$i" 3 0:95 1:95 1:2:slow)"
+    b="$(whole_rate "$out/two-$i" 2 0:96 1:96)"
+    sit+=("$a") two+=("$b") ratios+=("$("$python" -c "print(f'{$a / $b:.3f}')")")
+    echo "[sit-out] repeat $i: whole runs, updates $((whole + 1))-$updates: sit-out $a samples/s, two $b samples/s," \
+         "ratio ${ratios[-1]}"
+  done
+  median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+  echo "[sit-out] median (whole runs): sit-out $(median "${sit[@]}") samples/s, two $(median "${two[@]}") samples/s," \
+       "ratio $(median "${ratios[@]}") (target >= 0.9)"
+  exit 0
+fi
 
 echo "[sit-out] $repeats repeats of $updates updates, steady state from update $steady, rank 2 held to $quota us of" \
      "100000; logs in $out"

@@ -57,6 +57,8 @@ namespace {
 constexpr const char* kMeetingKey = "sit-out/meeting/";
 constexpr const char* kFiguresKey = "sit-out/figures/";
 constexpr const char* kBeatKey = "sit-out/beat";
+constexpr const char* kStopKey = "sit-out/stop";  // Note [A stop while sitting out]
+constexpr auto kStopCheckEvery = std::chrono::milliseconds(200);
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -165,6 +167,37 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
   everyone_ = true;  // whatever follows this update before the next one (a save, the epoch's end) has every rank
 }
 
+// Note [A stop while sitting out]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A stop signal reaches one node when its node alone is preempted, and Slurm's grace between SIGTERM and SIGKILL
+// is 30 s by default. A rank that takes part votes to stop in its next update (Note [Clean stops]); a rank
+// that sits out votes in no update, and the next meeting may be minutes away. So, while it waits, it writes
+// its rank under kStopKey on the store; rank 0 looks for that key at most every kStopCheckEvery (one store
+// round trip) before its updates' stop votes, and votes to stop when it finds it. The stop is then the usual
+// one: every rank agrees after that update, the ranks that sit out are called to the meeting (with stop set),
+// rank 0 saves, and every rank exits with kExitStopped: within about one update and a save of the signal. A
+// probe in progress on the rank delays its key by at most one micro-batch.
+
+bool SitOutRoster::stop_asked() {
+  if (stop_heard_) return true;
+  if (rank_ != 0 || static_cast<int64_t>(members_.size()) == world_size_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_stop_check_ < kStopCheckEvery) return false;
+  last_stop_check_ = now;
+  auto store = world_.store();
+  try {
+    if (!store->check({kStopKey})) return false;
+    stop_heard_ = true;
+    log::info("[balance] rank {}, which sits out, was asked to stop: the run stops after this update",
+              string_of(store->get(kStopKey)));
+  } catch (const std::exception& e) {
+    throw PeerError(fmt::format("rank 0 of {}: the store of the run failed while it looked for a stop request of "
+                                "the ranks that sit out: {}",
+                                world_size_, e.what()));
+  }
+  return true;
+}
+
 Meeting SitOutRoster::wait(Controller& controller) {
   everyone_ = false;
   auto store = world_.store();
@@ -175,6 +208,11 @@ Meeting SitOutRoster::wait(Controller& controller) {
   std::vector<double> call;
   for (;;) {
     try {
+      if (!stop_posted_ && options_.stop_requested && options_.stop_requested()) {
+        stop_posted_ = true;
+        store->set(kStopKey, bytes_of(std::to_string(rank_)));
+        log::info("[balance] rank {} of {} sits out and was asked to stop: rank 0 stops the run", rank_, world_size_);
+      }
       if (store->check({key})) {
         call = numbers_of(string_of(store->get(key)));
         break;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +24,9 @@ struct SitOutOptions {
   double probe_s = 0.2;       // one probe: micro-batches back to back for at least this long
   double probe_spacing = 20;  // probes at most every probe_spacing times the last probe's length (at least 1 s)
   bool fast_stat_sync = false;  // --fast-stat-sync, for the channels of the ranks that take part
+  /// Whether this process was asked to stop (SIGTERM, SIGINT): a rank that sits out passes it on to rank 0
+  /// while it waits (Note [A stop while sitting out]).
+  std::function<bool()> stop_requested;
 };
 
 /// The UpdateRoster of a balanced run (Note [Sharing an update]): the ranks with a share of 0 in the split in
@@ -50,6 +54,7 @@ class SitOutRoster final : public UpdateRoster {
   void before_update() override;
   void after_update(Controller& controller, const Meeting& here, bool everyone) override;
   Meeting wait(Controller& controller) override;
+  bool stop_asked() override;
 
  private:
   std::vector<int64_t> members_of(int64_t epoch) const;
@@ -80,6 +85,9 @@ class SitOutRoster final : public UpdateRoster {
   int64_t probes_ = 0;
   std::chrono::steady_clock::time_point next_probe_;
   std::chrono::steady_clock::time_point last_beat_;
+  std::chrono::steady_clock::time_point last_stop_check_;
+  bool stop_posted_ = false;  // this rank, sitting out, told rank 0 it was asked to stop
+  bool stop_heard_ = false;   // rank 0 read that a rank that sits out was asked to stop
   int64_t beats_ = 0;
   std::map<std::vector<int64_t>, std::shared_ptr<CollectiveChannel>> channels_;  // [members]
 };

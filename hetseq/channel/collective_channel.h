@@ -15,9 +15,6 @@ class Tracer;
 struct UpdateAgreement {
   LogSums sums;             // the update's statistics summed over the ranks (sample_size included)
   bool stop = false;        // some rank voted to stop the run after this update (Note [Clean stops])
-  /// Statistics collectives that had to start after backward and were waited for: 0 in the steady
-  /// state, where the one collective started before backward was already done (Note [Stat sync]).
-  int64_t late_rounds = 0;
 };
 
 /// Every collective of a run that is not a gradient: an update's statistics with the stop vote, the sums
@@ -57,7 +54,7 @@ class LocalChannel final : public CollectiveChannel {
  public:
   int64_t rank() const override { return 0; }
   int64_t world_size() const override { return 1; }
-  void start_update(const LogSums& local, bool stop) override { pending_ = UpdateAgreement{local, stop, 0}; }
+  void start_update(const LogSums& local, bool stop) override { pending_ = UpdateAgreement{local, stop}; }
   bool update_started() const override { return pending_.has_value(); }
   double update_sample_size() override { return sum_or(pending_.value().sums, "sample_size"); }
   UpdateAgreement finish_update() override;

@@ -25,7 +25,6 @@ UpdateAgreement GroupChannel::finish_update() {
   UpdateAgreement done;
   done.sums = stats_.finish();
   done.stop = stats_.last_stop_votes() > 0;
-  done.late_rounds = stats_.last_extra_rounds();
   return done;
 }
 

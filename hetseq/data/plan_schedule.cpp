@@ -67,6 +67,47 @@ DataPlan PlanSchedule::valid_plan() const {
   return plan;
 }
 
+// Note [Validating a balanced split]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Validation is a pass over the split in which every rank takes a slice of each step, summed over the ranks
+// (exact whatever the slices: Validator::run). With the configured plan, each rank's slice is its validation
+// batch size, so a rank that the balancer found slow, or sat out (Note [Sitting out]), holds every validation
+// back for as long as its equal slice takes it. Under a balanced split the V = sum_r vb_r samples of a step
+// (vb_r: rank r's validation batch size) are cut in proportion to the training shares s_r instead,
+//   v_r = floor(V s_r / S), the remainder one each to the ranks with the largest fractions (lowest rank first),
+// in ceil(v_r / vb_r) micro-batches, so no batch exceeds what the rank was configured to validate at once. A
+// rank with s_r = 0 validates nothing and only joins the sums.
+
+DataPlan PlanSchedule::valid_plan(int64_t epoch) const {
+  const DataPlan train = train_plan(epoch);
+  if (train.shares.empty()) return valid_plan();
+  const std::vector<int64_t> shares = train.all_shares();  // [rank]
+  const auto world = static_cast<size_t>(world_size());
+  int64_t total_valid = 0, total_train = 0;
+  for (size_t r = 0; r < world; ++r) {
+    total_valid += valid_batch_sizes_[r];
+    total_train += shares[r];
+  }
+  if (total_train <= 0) return valid_plan();
+  std::vector<int64_t> v(world);
+  std::vector<std::pair<int64_t, size_t>> fractions;  // [rank with a share] (remainder numerator, rank)
+  int64_t given = 0;
+  for (size_t r = 0; r < world; ++r) {
+    v[r] = total_valid * shares[r] / total_train;
+    given += v[r];
+    if (shares[r] > 0) fractions.emplace_back(total_valid * shares[r] % total_train, r);
+  }
+  std::stable_sort(fractions.begin(), fractions.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < total_valid && !fractions.empty(); i = (i + 1) % fractions.size(), ++given) {
+    ++v[fractions[i].second];
+  }
+  std::vector<int64_t> micro_batches(world);
+  for (size_t r = 0; r < world; ++r) {
+    micro_batches[r] = std::max<int64_t>(1, (v[r] + valid_batch_sizes_[r] - 1) / valid_batch_sizes_[r]);
+  }
+  return DataPlan::from_shares(std::move(v), std::move(micro_batches), rank_);
+}
+
 void PlanSchedule::set_split(int64_t epoch, std::vector<int64_t> batch_sizes, std::vector<int64_t> update_freqs) {
   DataPlan after;
   after.batch_sizes = std::move(batch_sizes);

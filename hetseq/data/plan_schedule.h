@@ -23,6 +23,11 @@ class PlanSchedule {
   DataPlan train_plan(int64_t epoch) const;
   /// The validation plan: every rank one micro-batch of its validation batch size per step.
   DataPlan valid_plan() const;
+  /// The validation plan at the end of (or inside) `epoch`: under a balanced split, the samples of a
+  /// validation step cut in proportion to the training shares (a rank that sits out validates nothing), in
+  /// micro-batches no larger than each rank's validation batch size; else valid_plan(). See Note [Validating
+  /// a balanced split].
+  DataPlan valid_plan(int64_t epoch) const;
 
   /// Changes the per-rank split of every update from the next one on, keeping the samples per
   /// update of `epoch`: `batch_sizes` [rank] and `update_freqs` [rank] of the epoch being trained.

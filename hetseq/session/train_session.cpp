@@ -320,6 +320,7 @@ void TrainSession::build_controller() {
   }
   controller_ = std::make_unique<Controller>(*task_, model_, std::move(strategy), std::move(scheduler), copts,
                                              channel_);
+  controller_->set_stand_in_data(train_data_);
 }
 
 void TrainSession::resume(const std::map<std::string, std::string>& compared) {

@@ -4,6 +4,7 @@
 
 #include "hetseq/balance/rank_summary.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/core/stop_request.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/session/train_session.h"
 #include "hetseq/train/progress_observer.h"
@@ -79,6 +80,7 @@ void TrainSession::add_balancer() {
     SitOutOptions so;
     so.timeout = o_.distributed.world.timeout;
     so.fast_stat_sync = o_.distributed.fast_stat_sync;
+    so.stop_requested = [] { return stop_request::requested(); };
     roster_ = std::make_shared<SitOutRoster>(world_, *schedule_, std::dynamic_pointer_cast<DistributedReducer>(reducer_),
                                              channel_, train_data_, so);
     b.sit_out = true;

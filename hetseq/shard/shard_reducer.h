@@ -22,7 +22,7 @@ namespace hetseq {
 int64_t shard_bucket_bytes(int64_t total_bytes, int64_t world, int64_t cap_bytes);
 
 /// --zero-sharding os+grad's reducer: each rank ends an update holding only its shard of the summed
-/// gradients (shard_gradient()), and the parameters' own gradients are freed as their buckets leave.
+/// gradients (shard_gradient_views()), and the parameters' own gradients are freed as their buckets leave.
 /// Buckets are cut at shard boundaries, so that each has one owner, and each is gathered to its owner
 /// alone, which sums the ranks' copies in rank order into its shard's gradient buffer; every copy is freed
 /// once summed. See Note [Sharded gradients].
@@ -41,13 +41,12 @@ class ShardReducer final : public GradientReducer {
   void before_backward(int64_t index, int64_t count, const torch::Tensor& loss,
                        const SampleCount& samples = nullptr) override;
   /// Launches the buckets that no gradient completed (a parameter without one counts as zeros), waits for
-  /// every reduction and frees every parameter's gradient: shard_gradient() then holds the sums.
+  /// every reduction and frees every parameter's gradient: shard_gradient_views() then see the sums.
   void finish_update() override;
   ReductionTiming last_timing() const override { return timing_; }
 
-  /// This rank's shard of the flat gradient space: after finish_update(), the sum over the ranks.
-  const torch::Tensor& shard_gradient() const { return shard_gradient_; }
-  /// Views of shard_gradient() for `slices` (shard_slices of this rank's shard), as the optimizer's views.
+  /// Views of this rank's shard of the flat gradient space (after finish_update(), the sums over the ranks)
+  /// for `slices` (shard_slices of this rank's shard), as the optimizer's views.
   std::vector<torch::Tensor> shard_gradient_views(const std::vector<ShardSlice>& slices) const;
   /// The bucket layout: [bucket] its range of the flat space and its owner, in launch order.
   struct Bucket {
@@ -55,7 +54,6 @@ class ShardReducer final : public GradientReducer {
     int64_t numel = 0;
     int64_t owner = 0;
   };
-  const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
   struct InFlight {

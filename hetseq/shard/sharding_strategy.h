@@ -57,8 +57,8 @@ class ShardingStrategy {
   virtual torch::Tensor global_norm(const torch::Tensor& local) { return local; }
 
   /// Whether every rank must run as many forward and backward passes as the others, a rank without samples
-  /// running a stand-in (its last batch again, its loss times 0): under `full`, whose units are gathered
-  /// around every pass (Note [Sharded parameters]).
+  /// running a stand-in (samples 0 and 1 of the data, its loss times 0: Note [Stand-in passes]): under `full`,
+  /// whose units are gathered around every pass (Note [Sharded parameters]).
   virtual bool needs_stand_ins() const { return false; }
   /// The passes every rank runs in this update, from this rank's `mine`: a collective (the most of any
   /// rank) where needs_stand_ins(), `mine` otherwise.

@@ -39,9 +39,9 @@ namespace hetseq {
 // gathers in the same order, and the launches of a pass follow from the units alone: forward 0, 1, ..., U - 1,
 // backward U - 1, ..., 0 (a model runs its units in order, each once a forward; run() checks). A rank with no
 // samples for a pass (an empty micro-batch at an epoch's uneven end, a smaller --update-freq, fewer validation
-// batches) runs a stand-in: its last batch again, its loss times 0 (Controller::stand_in_pass, the Validator), so
-// that its gathers, and the gradient buckets' order, are those of the ranks that compute; its generator states are
-// restored after, so its dropout draws stay those of --zero-sharding none.
+// batches) runs a stand-in: samples of the data, the loss times 0 (Note [Stand-in passes], the Validator), so that
+// its gathers, and the gradient buckets' order, are those of the ranks that compute; its generator states and
+// buffers are restored after, so its dropout draws and statistics stay those of --zero-sharding none.
 //
 // Exact. The gathered values are the owners' shards, unchanged; the forward and backward passes compute what they
 // compute under none, on the same values; the gradients are summed as under os+grad, and the step is elementwise.

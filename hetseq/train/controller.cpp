@@ -100,8 +100,9 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std
     }
     if (graph_) {
       graph_state_ = GraphState::kWarmUp;
-      log::info("[cuda-graph] updates of one micro-batch of one shape: one eager warm-up update, then forward, "
-                "backward and clipping captured once and replayed");
+      log::info("[cuda-graph] updates of one micro-batch of one shape: {} eager warm-up updates, then forward, "
+                "backward and clipping captured once and replayed",
+                kGraphWarmUps);
     } else {
       log::warn("[cuda-graph] not captured: {}; training goes on uncaptured", why);
     }
@@ -181,7 +182,7 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
     case GraphState::kWarmUp: {
       UpdateResult result;
       graph_->warm_up([&] { result = eager_update(micro_batches); });
-      graph_state_ = GraphState::kCapture;
+      if (++graph_warm_ups_ >= kGraphWarmUps) graph_state_ = GraphState::kCapture;
       return result;
     }
     case GraphState::kCapture:
@@ -256,7 +257,6 @@ void Controller::finish_round(UpdateResult& result) {
   UpdateAgreement agreed = channel_->finish_update();
   result.sums = std::move(agreed.sums);
   result.stop_agreed = agreed.stop;
-  result.late_stat_rounds = agreed.late_rounds;
   result.reduction = sharding_->reducer().last_timing();
 }
 

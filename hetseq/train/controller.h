@@ -8,6 +8,7 @@
 #include <c10/core/Event.h>
 #include <torch/nn/module.h>
 
+#include "hetseq/data/dataset.h"
 #include "hetseq/optim/lr_scheduler.h"
 #include "hetseq/optim/optimizer.h"
 #include "hetseq/task/task.h"
@@ -61,10 +62,10 @@ struct UpdateResult {
   int64_t host_reads = 0;
   /// Some rank voted to stop the run after this update; the same on every rank (Note [Clean stops]).
   bool stop_agreed = false;
-  /// Statistics collectives waited for after backward: 0 in the steady state (Note [Stat sync]).
-  int64_t late_stat_rounds = 0;
   /// How the gradients travelled: buckets, bytes, times (zeros for one process).
   ReductionTiming reduction;
+  /// The update was a replay of the captured CUDA graph (Note [CUDA-graph updates]).
+  bool replayed = false;
 };
 
 /// Runs updates: accumulates the gradients of an update's micro-batches, has its ShardingStrategy
@@ -154,6 +155,9 @@ class Controller {
   /// Spans of each update's forward, backward, clipping and optimizer step go to `tracer` (null: none),
   /// and the reducer's and channel's spans too. See Note [Tracing].
   void set_tracer(std::shared_ptr<Tracer> tracer);
+  /// The training data, whose samples 0 and 1 are the batch of a stand-in pass under --zero-sharding full (Note
+  /// [Stand-in passes]). The session sets it; a Controller without it refuses a stand-in pass.
+  void set_stand_in_data(std::shared_ptr<Dataset> data) { stand_in_data_ = std::move(data); }
 
  private:
   void load_optimizer_state(const TrainingState& state, const std::string& source);
@@ -189,6 +193,10 @@ class Controller {
   UpdateResult capture_update(const Batch& batch);
   /// One update by copying `batch` into the graph's inputs and replaying it; then the optimizer step.
   UpdateResult replay_update(const Batch& batch);
+  /// A capture that threw: the graph is dropped, one line says why, and this update and every later one run
+  /// eagerly.
+  UpdateResult capture_failed(const Batch& batch, const std::string& why);
+  static constexpr int64_t kGraphWarmUps = 3;  // eager updates before the capture (Note [CUDA-graph updates])
   /// Whether this update's device values are read late: not under loss scaling, whose skip decision
   /// the host needs at once. See Note [Reading an update late].
   bool reads_late() const { return options_.read_late && scaler_ == nullptr; }
@@ -216,7 +224,8 @@ class Controller {
   /// The device statistics of the update in progress that its channel round did not read (world of one).
   LogTensors late_tensors_;
   torch::Tensor late_norm_;  // the update's gradient norm on the device (float64), when read late
-  Batch stand_in_;           // --zero-sharding full: the last non-empty micro-batch (on the host)
+  std::shared_ptr<Dataset> stand_in_data_;  // --zero-sharding full: where the stand-in batch comes from
+  Batch stand_in_;           // samples 0 and 1 of it, collated once (on the host): Note [Stand-in passes]
   /// An update whose device values are on their way to the host. See Note [Reading an update late].
   struct PendingUpdate {
     UpdateResult result;
@@ -236,6 +245,7 @@ class Controller {
   LogTensors graph_tensors_;   // its device statistics, in the graph's memory, rewritten by every replay
   torch::Tensor graph_norm_;   // its gradient norm, likewise
   bool graph_shape_told_ = false;  // the line about a batch of another shape was printed
+  int64_t graph_warm_ups_ = 0;     // eager warm-up updates run on the capture stream so far
 };
 
 }  // namespace hetseq

@@ -11,13 +11,22 @@
 
 namespace hetseq {
 
+// Note [Stand-in passes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Under --zero-sharding full every rank runs every pass of an update, so that the units' gathers meet (Note
+// [Sharded parameters]); a rank without samples for a pass runs a stand-in: a forward and backward whose loss
+// is multiplied by 0. What it runs and what it leaves behind:
+// - the batch is samples 0 and 1 of the training data (0 alone in a dataset of one), collated once. Every rank can make it at any point of any run,
+//   from the dataset alone: a resumed run whose first update finds a rank without samples (an epoch's short
+//   end, a smaller --update-freq) has it as much as a run that trained before. (The last batch the rank
+//   trained, used before, was missing exactly there: a resume just before an epoch's short end could not start.)
+// - the gradients: zero loss, zero gradient; x + 0 is x, so the sums are unchanged, bit for bit.
+// - the model's buffers (a BatchNorm's running statistics and num_batches_tracked) are copied before the
+//   pass and written back after it, and every random generator (the CPU's, each CUDA device's) is restored:
+//   the run goes on as if the pass had not happened, as under --zero-sharding none, where an empty
+//   micro-batch runs nothing of the task.
+
 std::vector<Batch> Controller::padded_for_stand_ins(const std::vector<Batch>& micro_batches) {
-  for (const Batch& b : micro_batches) {
-    if (!b.empty()) {
-      stand_in_ = b;
-      break;
-    }
-  }
   const auto mine = static_cast<int64_t>(micro_batches.size());
   const int64_t passes = sharding_->passes(mine);
   // In front, so that every rank's last pass is the one whose backward the reducer watches.
@@ -28,11 +37,16 @@ std::vector<Batch> Controller::padded_for_stand_ins(const std::vector<Batch>& mi
 
 void Controller::stand_in_pass(const Task::Backward& backward) {
   if (stand_in_.empty()) {
-    throw InputError(fmt::format(
-        "rank {} of {}: --zero-sharding full: this rank has had no samples yet, so no batch to run in place of an "
-        "empty micro-batch (every rank runs every pass, to gather the same parameters); give it samples in the first "
-        "update (more data, or smaller --max-sentences on the other ranks)",
-        channel_->rank(), channel_->world_size()));
+    HETSEQ_ASSERT(stand_in_data_ && stand_in_data_->size() > 0,
+                  "rank {} of {}: a stand-in pass without training data to take its batch from (set_stand_in_data)",
+                  channel_->rank(), channel_->world_size());
+    // Two samples where there are: a BatchNorm over a batch of one has no variance to train with.
+    stand_in_ = stand_in_data_->size() > 1 ? stand_in_data_->collate({0, 1}) : stand_in_data_->collate({0});
+  }
+  std::vector<torch::Tensor> buffers;  // [buffer] copies, written back after the pass
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& b : model_->buffers()) buffers.push_back(b.defined() ? b.clone() : b);
   }
   auto generator = at::detail::getDefaultCPUGenerator();
   at::Tensor cpu_state;
@@ -54,6 +68,12 @@ void Controller::stand_in_pass(const Task::Backward& backward) {
     generator.set_state(cpu_state);
   }
   if (!cuda_states.empty()) set_cuda_rng_states(cuda_states, "the stand-in pass");
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto& b : model_->buffers()) {
+    if (b.defined()) b.copy_(buffers[i]);
+    ++i;
+  }
 }
 
 }  // namespace hetseq

@@ -100,7 +100,7 @@ void TrainingLoop::run_update(int64_t epoch, int64_t index, int64_t total) {
   UpdateRecord record;
   record.times.data_s = seconds_since(t0);
   compute_clock_.start();
-  controller.vote_stop(options_.stop_requested && options_.stop_requested());
+  controller.vote_stop((options_.stop_requested && options_.stop_requested()) || (roster_ && roster_->stop_asked()));
   const UpdateResult result = controller.train_update(batches);
   UpdateShape shape{0, static_cast<int64_t>(batches.size())};
   for (const Batch& batch : batches) shape.samples += batch.num_samples;
@@ -199,6 +199,7 @@ TrainingLoop::Validation TrainingLoop::validate(int64_t epoch) {
   if (options_.disable_validation) return v;
   Controller& controller = *parts_.controller;
   const TraceSpan span(parts_.tracer.get(), "validate");
+  if (parts_.schedule) parts_.validator->set_plan(parts_.schedule->valid_plan(epoch));
   for (const auto& split : options_.valid_subsets) {
     const LogSums sums = parts_.validator->run(parts_.valid_data.at(split), controller.model());
     const std::vector<Stat> stats = parts_.validator->stats(sums, controller.num_updates());

@@ -36,6 +36,9 @@ class UpdateRoster {
   /// A rank that sits out: measures itself now and then, off the others' path, until they call it; then
   /// takes rank 0's state and the split in force. Returns where the others stand.
   virtual Meeting wait(Controller& controller) = 0;
+  /// A rank that takes part, before each update's stop vote: whether a rank that sits out was asked to stop
+  /// (SIGTERM to its node alone). Rank 0 then votes to stop, and the run stops as if it had been asked.
+  virtual bool stop_asked() { return false; }
 };
 
 }  // namespace hetseq

@@ -32,6 +32,13 @@ class Validator {
  public:
   Validator(Task& task, std::shared_ptr<CollectiveChannel> channel, DataPlan plan, ValidatorOptions options);
 
+  /// The plan of the next passes (every rank the same): the training loop hands it a balanced split's
+  /// (PlanSchedule::valid_plan(epoch), Note [Validating a balanced split]). Throws hetseq::UsageError on a
+  /// plan that does not hold together.
+  void set_plan(DataPlan plan) {
+    plan.validate();
+    plan_ = std::move(plan);
+  }
   /// The sums over all ranks of one pass over `dataset` (`sample_size` included).
   LogSums run(const std::shared_ptr<Dataset>& dataset, torch::nn::Module& model);
   /// The statistics of a pass from its sums, as logged: loss, nll_loss, ppl (in base 2, as fairseq),

@@ -24,6 +24,24 @@ if torch.__version__.split("+")[0] != _C.torch_version.split("+")[0]:
                       "rebuild it against this torch (pip install --no-build-isolation .)")
 
 
+# What a collective raises when a peer is gone: c10d's own error types, or, from Gloo's transport inside autograd's
+# hooks, a RuntimeError whose text names the transport's failure.
+_PEER_FAILURE_TEXTS = ("gloo/transport", "Connection closed by peer", "Connection reset by peer", "Socket closed",
+                       "Timed out waiting", "Broken pipe", "Connection refused")
+
+
+def _peer_failure(e):
+    """`e` as a hetseq.PeerError when it says that a peer was lost, else None."""
+    if isinstance(e, _C.PeerError):
+        return None  # already one
+    lost = isinstance(e, getattr(dist, "DistError", ())) or (
+        isinstance(e, RuntimeError) and (_C.peer_failure_seen() or any(t in str(e) for t in _PEER_FAILURE_TEXTS)))
+    if not lost:
+        return None
+    return _C.PeerError(f"a collective of the update failed, a peer was lost (it died, was stopped, or hangs past "
+                        f"the process group's timeout): {str(e).splitlines()[0][:300]}")
+
+
 class _Update:
     def __init__(self, reducer, count, params):
         self._reducer, self._count, self._index, self.samples = reducer, count, 0, 0
@@ -63,6 +81,7 @@ class DistributedDataParallel:
         self._reducer = None
         self._build_reducer([])
         self.total_samples = 0
+        self._unfinished = None  # why the last update did not finish (an exception in its body), until recover()
         _holders.holding.add(self)
 
     def _drop_group(self):
@@ -84,20 +103,49 @@ class DistributedDataParallel:
         """One update of `micro_batches` backward passes (the same number on every rank). On leaving, every
         gradient is the sum over the ranks divided by the update's samples over all ranks. `samples`, this
         rank's samples in the update where known beforehand (a Plan's update: sum of its lengths), lets their
-        sum over the ranks travel during the backward passes; it must equal the backward calls' sample_size."""
+        sum over the ranks travel during the backward passes; it must equal the backward calls' sample_size.
+
+        An exception in the body (or in the reduction) goes on to the caller and leaves the update unfinished:
+        this rank may have started collectives that the other ranks have not. The next update() then raises a
+        hetseq.UsageError that says so, until every rank calls recover() at the same point."""
+        if self._unfinished is not None:
+            raise _C.UsageError(f"update {self.num_updates + 1} cannot start: the previous one ended with an "
+                                f"exception ({self._unfinished}) before its gradients were reduced, so this rank may "
+                                "be out of step with the others. Call recover() on every rank at the same point "
+                                "(it rebuilds the reduction from rank 0's parameters and buffers), or restart from a "
+                                "checkpoint")
         if self.seed is not None:
             torch.manual_seed(_C.update_seed(self.seed, self.num_updates, self.rank))
-        self._reducer.before_forward()
-        if samples is not None:
-            self._reducer.start_samples(float(samples))
-        u = _Update(self._reducer, micro_batches, self._params)
-        yield u
-        if u._index != micro_batches:
-            raise _C.UsageError(f"an update of {micro_batches} micro-batches ran {u._index} backward passes")
-        if samples is not None and samples != u.samples:
-            raise _C.UsageError(f"update(samples={samples}) but the backward passes counted {u.samples} samples")
-        self.total_samples = self._reducer.finish_update(float(u.samples))
+        try:
+            self._reducer.before_forward()
+            if samples is not None:
+                self._reducer.start_samples(float(samples))
+            u = _Update(self._reducer, micro_batches, self._params)
+            yield u
+            if u._index != micro_batches:
+                raise _C.UsageError(f"an update of {micro_batches} micro-batches ran {u._index} backward passes")
+            if samples is not None and samples != u.samples:
+                raise _C.UsageError(f"update(samples={samples}) but the backward passes counted {u.samples} samples")
+            self.total_samples = self._reducer.finish_update(float(u.samples))
+        except BaseException as e:
+            self._unfinished = f"{type(e).__name__}: {e}".splitlines()[0][:300] if str(e) else type(e).__name__
+            peer = _peer_failure(e)
+            if peer is not None:
+                raise peer from e
+            raise
         self.num_updates += 1
+        _holders.finished_updates += 1
+
+    def recover(self):
+        """After an update that ended with an exception (see update()): every rank calls it at the same point.
+        Drops the unfinished update's gradients and reduction, and rebuilds the reduction with the bucket
+        layout in force, which broadcasts rank 0's parameters and buffers; the update count stays (the
+        unfinished update did not count). The next update() then starts afresh on every rank."""
+        layout = self.bucket_layout
+        for p in self._params:
+            p.grad = None
+        self._build_reducer(layout)
+        self._unfinished = None
 
     @property
     def bucket_layout(self):

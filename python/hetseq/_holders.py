@@ -6,6 +6,10 @@ import weakref
 
 holding = weakref.WeakSet()  # objects with a _drop_group() method
 
+# Updates that hetseq.DistributedDataParallel finished in this process, all wrappers together: a Plan compares it
+# with its value when the Plan handed out its last update, to tell whether that update was trained (Plan.position).
+finished_updates = 0
+
 
 @atexit.register
 def _drop_groups():

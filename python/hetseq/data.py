@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import _holders
 
 
 class Plan:
@@ -20,6 +21,7 @@ class Plan:
         self._seed, self._shuffle = seed, shuffle
         self._plans = {}
         self._rank = None      # the rank whose updates were last handed out: its position is the plan's
+        self._handed = None    # (position before it, finished updates then) of the update last handed out
         self._restored = None  # (epoch, offset) from a checkpoint, for the rank plans made after restore()
         self.epoch = 1         # the epoch to train next: restore() sets it
         self._plan(0)  # checks the sizes now: a hetseq.UsageError naming the flag's meaning
@@ -47,6 +49,7 @@ class Plan:
         self._rank = rank
         plan.begin_epoch(epoch)
         while not plan.end_of_epoch():
+            self._handed = (self._position_of(plan), _holders.finished_updates)
             update = plan.next_update()
             yield update + [[]] * (self.micro_batches - len(update))
 
@@ -54,12 +57,20 @@ class Plan:
         return self._plan(rank).updates_per_epoch()
 
     def position(self):
-        """(epoch, offset): where the next update starts, the samples of that epoch's permutation that the
-        updates handed out so far consumed over all ranks (Note [Data plan]); (epoch + 1, 0) after an
-        epoch's last update. A checkpoint keeps it."""
+        """(epoch, offset): where the next update to train starts: the samples of that epoch's permutation that
+        the updates finished so far consumed over all ranks (Note [Data plan]); (epoch + 1, 0) after an epoch's
+        last update. An update counts as finished once a hetseq.DistributedDataParallel update of this process
+        ended after the plan handed it out: so a checkpoint saved at the top of a loop's body (the update handed
+        out, not trained) and one saved at its bottom (trained) both resume at the first sample not trained.
+        A checkpoint keeps it."""
         if self._rank is None:
             return self._restored or (self.epoch, 0)
-        epoch, offset = self._plan(self._rank).position()
+        if self._handed is not None and _holders.finished_updates == self._handed[1]:
+            return self._handed[0]  # the update last handed out is not trained yet
+        return self._position_of(self._plan(self._rank))
+
+    def _position_of(self, plan):
+        epoch, offset = plan.position()
         return (epoch + 1, 0) if offset >= self.dataset_size else (epoch, offset)
 
     def restore(self, epoch, offset):

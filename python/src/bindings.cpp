@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hetseq/core/error.h"
+#include "hetseq/core/format.h"
 #include "hetseq/data/data_plan.h"
 #include "hetseq/data/epoch_batch_iterator.h"
 #include "hetseq/reduce/ddp_reducer.h"
@@ -64,8 +65,18 @@ class Reducer {
   /// Returns that total.
   double finish_update(double local_samples) {
     reducer_->finish_update();
-    if (!samples_work_) start_samples(local_samples);
-    samples_work_->wait();
+    try {
+      if (!samples_work_) start_samples(local_samples);
+      samples_work_->wait();
+    } catch (const PeerError&) {
+      samples_work_.reset();
+      throw;
+    } catch (const std::exception& e) {
+      samples_work_.reset();
+      throw PeerError(fmt::format("rank {} of {}: the update's sample count could not be summed over the ranks, a "
+                                  "peer was lost (it died, was stopped, or hangs past the timeout): {}",
+                                  group_->getRank(), group_->getSize(), e.what()));
+    }
     samples_work_.reset();
     const double samples = samples_[0].item<double>();
     for (auto& p : params_) {
@@ -149,6 +160,10 @@ PYBIND11_MODULE(_C, m) {
   (void)usage;
   (void)input;
   (void)peer;
+  // A PeerError raised inside autograd's engine (a reducer's hook) reaches Python as a RuntimeError with its text;
+  // the package asks this to tell it from the loop's own errors.
+  m.def("peer_failure_seen", &hetseq::peer_failure_seen,
+        "Whether a hetseq.PeerError was raised in this process, on any thread (a collective lost a peer)");
   py::class_<Reducer, ReleaseGilPtr<Reducer>>(m, "Reducer")  // Note [Process groups at exit] (bindings.h)
       .def(py::init<const NamedTensors&, const NamedTensors&, c10::intrusive_ptr<c10d::ProcessGroup>, double, bool,
                     const std::string&, double, std::vector<std::vector<int64_t>>>(),

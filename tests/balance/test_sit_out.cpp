@@ -11,6 +11,7 @@
 #include <numeric>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -218,4 +219,44 @@ TEST_CASE("Sitting out: a rank that becomes fast again is taken back, and a stop
   }
   CHECK(out);
   CHECK(in_again);
+}
+
+TEST_CASE("Sitting out: SIGTERM to the rank that sits out, alone, stops every rank within seconds with a checkpoint",
+          "[balance][multiprocess][sit-out]") {
+  // Note [A stop while sitting out]. Its node alone is preempted: the signal reaches rank 2 only, while it waits
+  // to be called. The ranks that train find its request on the store, vote to stop, and every rank saves and
+  // exits 5 within 10 s (Slurm's default grace is 30 s); before that note the stop came at the next meeting,
+  // here never (no save interval, no epoch end within the run's 100000 updates).
+  TempDir dir;
+  write_random_mnist(dir.path(), 2000, 10);
+  const std::string slow = dir / "slow_ms", fast = dir / "fast_ms";
+  write_delay(fast, 20);
+  write_delay(slow, 300);
+  const auto commands = sit_out_ranks(with(sit_out_args(dir.path(), dir / "three"), {"--max-update", "100000"}),
+                                      dir / "rendezvous");
+  const std::vector<std::map<std::string, std::string>> envs{{{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
+                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
+                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", slow}}};
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (size_t r = 0; r < 3; ++r) ranks.push_back(std::make_unique<Process>(commands[r], envs[r]));
+  REQUIRE(ranks[0]->wait_for_err("[balance] rank 2 sits out", 120s));
+  std::this_thread::sleep_for(1s);  // rank 2 is in its wait, between probes or in one
+  const auto signalled = std::chrono::steady_clock::now();
+  ::kill(ranks[2]->pid(), SIGTERM);
+  std::vector<ProcessResult> results;
+  for (auto& p : ranks) results.push_back(p->wait(60s));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  INFO("rank 0 stderr:\n" << results[0].err << "\nrank 2 stderr:\n" << results[2].err);
+  for (const auto& r : results) {
+    CHECK(!r.timed_out);
+    CHECK(r.exit_code == 5);  // stopped after saving checkpoint_last.pt
+  }
+  CHECK(seconds < 10);
+  CHECK_THAT(results[0].err, Catch::Contains("[balance] rank 2, which sits out, was asked to stop"));
+  // The checkpoint is the last update's: a resume continues at the sample after it.
+  const auto last = hetseq::load_checkpoint(dir / "three/checkpoint_last.pt");
+  const auto lines = json_lines(results[0].out, "train");
+  REQUIRE(!lines.empty());
+  CHECK(last.num_updates == lines.back().at("num_updates").get<int64_t>());
 }

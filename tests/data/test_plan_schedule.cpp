@@ -133,3 +133,39 @@ TEST_CASE("Plan schedule: set_shares keeps the samples per update and rejects a 
   CHECK_THAT(hetseq::test::error_of<hetseq::UsageError>([&] { s.set_shares(1, {1, 130, 61}, {2, 1, 1}); }),
              Catch::Contains("rank 0 has a share of 1 samples in 2 micro-batches"));
 }
+
+TEST_CASE("Plan schedule: validation follows a balanced split, a rank that sits out validates nothing, and every "
+          "validation sample is still taken once",
+          "[data]") {
+  // Note [Validating a balanced split]: validation batches 10, 10, 7 (27 a step); training shares 95, 95, 0.
+  PlanSchedule s({96, 96, 2}, {{1}, {1}, {1}}, {10, 10, 7}, 0);
+  CHECK(s.valid_plan(1).all_shares() == std::vector<int64_t>{10, 10, 7});  // no split yet: the configured plan
+  s.set_shares(1, {97, 97, 0}, {1, 1, 1});
+  const DataPlan v = s.valid_plan(1);
+  CHECK(v.all_shares() == std::vector<int64_t>{14, 13, 0});  // 27 * 97 / 194 = 13.5 each, the remainder to rank 0
+  CHECK(v.update_freqs == std::vector<int64_t>{2, 2, 1});    // micro-batches of at most 10
+  CHECK(v.sits_out(2));
+  // 100 validation samples: every one once over the ranks, none on rank 2.
+  std::multiset<int64_t> seen;
+  for (int64_t r = 0; r < 3; ++r) {
+    DataPlan p = v;
+    p.rank = r;
+    hetseq::EpochIteratorOptions order;
+    order.shuffle = false;
+    EpochBatchIterator it(100, p, order);
+    it.begin_epoch(1);
+    while (!it.end_of_epoch()) {
+      for (const auto& mb : it.next_update()) {
+        if (r == 2) CHECK(mb.empty());
+        seen.insert(mb.begin(), mb.end());
+      }
+    }
+  }
+  CHECK(seen.size() == 100);
+  CHECK(std::set<int64_t>(seen.begin(), seen.end()).size() == 100);
+  // Shares that give a rank more than its validation batch take it in several micro-batches.
+  s.set_shares(1, {180, 8, 6}, {2, 1, 1});
+  const DataPlan w = s.valid_plan(1);
+  CHECK(w.all_shares() == std::vector<int64_t>{25, 1, 1});
+  CHECK(w.update_freqs == std::vector<int64_t>{3, 1, 1});
+}

@@ -11,6 +11,7 @@
 
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
+#include "bert/shard_writer.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -188,47 +189,62 @@ TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40
 }
 
 TEST_CASE("Sharding full with update-freqs 2/1/1, validation and an epoch's uneven end (stand-in passes) trains and "
-          "validates as none, bit for bit",
+          "validates as none, bit for bit, and resumes so at any update: mid-epoch, before the short end, at it",
           "[distributed][multiprocess][zero_shard]") {
-  // 500 samples at 32 + 24 + 40 an update: update 6 ends epoch 1 with 20 samples, so some ranks' micro-batches
-  // are empty, and rank 0 runs 2 micro-batches an update where the others run 1; the 100 test images give the
-  // ranks unequal validation batches. Under full a rank without samples for a pass runs a stand-in (Note [Sharded
-  // parameters]).
-  auto run = [](const std::string& dir, const std::string& sharding) {
+  // 500 samples at 32 + 24 + 40 an update: update 6 ends epoch 1 with 20 samples, all rank 0's, so ranks 1 and 2
+  // have no samples for it, and rank 0 runs 2 micro-batches an update where the others run 1; the 100 test
+  // images give the ranks unequal validation batches. Under full a rank without samples for a pass runs a
+  // stand-in (Note [Stand-in passes]). Two epochs, a checkpoint and a validation after every update; then the
+  // full run resumed from its checkpoints at update 3 (mid-epoch), 5 (the update before the short end: the
+  // resumed process's first update has ranks without samples) and 6 (the short end itself), each to update 12.
+  auto run = [](const std::string& dir, const std::string& sharding, const std::vector<std::string>& more) {
     const std::vector<int> batches{16, 24, 40};
     const std::vector<std::string> freqs{"2", "1", "1"}, budgets{"1", "1", "2"};
     std::vector<std::vector<std::string>> commands;
     for (size_t r = 0; r < 3; ++r) {
       auto args = with(mnist_train_args(fashion_mnist_prefix(500, 100), dir + "/ck"),
-                       {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update", "7",
+                       {"--dropout", "0,0", "--weight-decay", "0.01", "--clip-norm", "0.5", "--max-update", "12",
                         "--max-sentences", std::to_string(batches[r]), "--update-freq", freqs[r], "--zero-sharding",
-                        sharding, "--no-save-optimizer-state", "--distributed-world-size", "3", "--distributed-rank",
-                        std::to_string(r), "--distributed-init-method", "file://" + dir + "/rendezvous"});
+                        sharding, "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                        "--distributed-init-method", "file://" + dir + "/rendezvous"});
       if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
-      commands.push_back(args);
+      commands.push_back(with(args, more));
     }
     return run_processes(commands, 300s);
   };
   TempDir none_dir, full_dir;
-  const auto none = run(none_dir.path(), "none");
+  const auto none = run(none_dir.path(), "none", {"--save-interval-updates", "1", "--no-save-optimizer-state"});
   require_all(none, "none");
-  const auto full = run(full_dir.path(), "full");
+  const auto full = run(full_dir.path(), "full", {"--save-interval-updates", "1"});
   require_all(full, "full");
   const auto expected_valid = json_lines(none[0].out, "valid");
   const auto got_valid = json_lines(full[0].out, "valid");
-  REQUIRE(expected_valid.size() == 2);
-  REQUIRE(got_valid.size() == 2);
-  for (size_t v = 0; v < 2; ++v) {
+  REQUIRE(expected_valid.size() >= 12);
+  REQUIRE(got_valid.size() == expected_valid.size());
+  for (size_t v = 0; v < expected_valid.size(); ++v) {
     INFO("none " << expected_valid[v].dump() << ", full " << got_valid[v].dump());
     CHECK(got_valid[v]["loss"].get<double>() == expected_valid[v]["loss"].get<double>());
     CHECK(got_valid[v]["sample_size"].get<double>() == 100);
   }
   const auto expected = mnist_params_of(none_dir / "ck/checkpoint_last.pt");
-  const auto got = mnist_params_of(full_dir / "ck/checkpoint_last.pt");
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    INFO("parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
-    CHECK(torch::equal(got[i], expected[i]));
+  auto check_params = [&](const std::string& checkpoint, const std::string& what) {
+    const auto got = mnist_params_of(checkpoint);
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO(what << ", parameter " << i << ": max |difference| " << (got[i] - expected[i]).abs().max().item<double>());
+      CHECK(torch::equal(got[i], expected[i]));
+    }
+  };
+  check_params(full_dir / "ck/checkpoint_last.pt", "full, never stopped");
+  for (const auto& [at, file] : std::vector<std::pair<int, std::string>>{
+           {3, "checkpoint_1_3.pt"}, {5, "checkpoint_1_5.pt"}, {6, "checkpoint1.pt"}}) {
+    TempDir resumed_dir;
+    const auto resumed = run(resumed_dir.path(), "full", {"--restore-file", full_dir / ("ck/" + file)});
+    require_all(resumed, "full resumed at update " + std::to_string(at));
+    const auto lines = json_lines(resumed[0].out, "train");
+    REQUIRE(!lines.empty());
+    CHECK(lines.front()["num_updates"].get<int64_t>() == at + 1);
+    check_params(resumed_dir / "ck/checkpoint_last.pt", "full resumed at update " + std::to_string(at));
   }
 }
 
@@ -374,4 +390,106 @@ TEST_CASE("Sharding os, os+grad and full under --bf16 autocast, 2 micro-batches 
     CHECK(torch::equal(got_grad[i], expected[i]));
     CHECK(torch::equal(got_full[i], expected[i]));
   }
+}
+
+TEST_CASE("Sharding full trains tiny BERT (its root: embeddings, tied decoder, pooler; dropout 0.1) as none, bit for "
+          "bit, with unequal budgets, batches and update-freqs, an epoch's uneven end, and a resume before it",
+          "[distributed][multiprocess][zero_shard][bert]") {
+  // 80 sequences at 8 + 6 + 10 an update: update 4 ends epoch 1 with 8, all rank 0's, so ranks 1 and 2 run
+  // stand-in passes (Note [Stand-in passes]), which must leave dropout's generators as they found them. BERT's
+  // encoder layers are units; its embeddings, pooler and heads (the decoder tied to the word embeddings) are the
+  // root, whole on every rank and gathered from their owners after each step (UnitGather::gather_root).
+  TempDir data;
+  write_shard(data / "toy_train_0.hdf5", make_shard(48, 16, 4));
+  write_shard(data / "toy_train_1.hdf5", make_shard(32, 16, 4));
+  write_shard(data / "toy_test_0.hdf5", make_shard(20, 16, 4));
+  auto run = [&](const std::string& dir, const std::string& sharding, const std::vector<std::string>& more) {
+    const std::vector<std::string> batches{"4", "6", "10"}, freqs{"2", "1", "1"}, budgets{"1", "1", "2"};
+    std::vector<std::vector<std::string>> commands;
+    for (size_t r = 0; r < 3; ++r) {
+      auto args = std::vector<std::string>{
+          binary_path("hetseq-train"), "--task", "bert", "--data", data.path(), "--config_file",
+          source_dir() + "/configs/bert-tiny.json", "--cpu", "--intra-op-threads", "1", "--num-workers", "0",
+          "--optimizer", "adam", "--lr", "0.002", "--weight-decay", "0.01", "--clip-norm", "1.0", "--max-update", "6",
+          "--valid-subset", "test", "--log-format", "json", "--log-interval", "1", "--no-progress-bar", "--seed", "3",
+          "--max-sentences", batches[r], "--update-freq", freqs[r], "--zero-sharding", sharding, "--save-dir",
+          dir + "/ck", "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+          "--distributed-init-method", "file://" + dir + "/rendezvous"};
+      if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
+      commands.push_back(with(args, more));
+    }
+    return run_processes(commands, 300s);
+  };
+  auto model_of = [](const std::string& path) { return hetseq::load_checkpoint(path).model; };
+  auto check_same = [](const std::vector<std::pair<std::string, torch::Tensor>>& expected,
+                       const std::vector<std::pair<std::string, torch::Tensor>>& got, const std::string& what) {
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO(what << ", " << expected[i].first << ": max |difference| "
+                << (got[i].second - expected[i].second).abs().max().item<double>());
+      CHECK(got[i].first == expected[i].first);
+      CHECK(torch::equal(got[i].second, expected[i].second));
+    }
+  };
+  TempDir none_dir, full_dir, resumed_dir;
+  const auto none = run(none_dir.path(), "none", {});
+  require_all(none, "none");
+  const auto full = run(full_dir.path(), "full", {"--save-interval-updates", "3"});
+  require_all(full, "full");
+  const auto expected = model_of(none_dir / "ck/checkpoint_last.pt");
+  check_same(expected, model_of(full_dir / "ck/checkpoint_last.pt"), "full, never stopped");
+  const auto none_valid = json_lines(none[0].out, "valid"), full_valid = json_lines(full[0].out, "valid");
+  REQUIRE(!none_valid.empty());
+  CHECK(full_valid.back()["loss"].get<double>() == none_valid.back()["loss"].get<double>());
+  // Resumed at update 3, the update before the short end: the new process's second update has ranks without
+  // samples, and it has trained nothing of its own before it.
+  const auto resumed = run(resumed_dir.path(), "full", {"--restore-file", full_dir / "ck/checkpoint_1_3.pt"});
+  require_all(resumed, "full resumed at update 3");
+  check_same(expected, model_of(resumed_dir / "ck/checkpoint_last.pt"), "full, resumed at update 3");
+}
+
+TEST_CASE("Sharding full: stand-in passes leave a unit's BatchNorm statistics and dropout's generator as they were, "
+          "so a model of BatchNorm and dropout units trains as under none, bit for bit",
+          "[distributed][multiprocess][zero_shard][test-plugin]") {
+  // 100 points at 8 + 6 + 10 an update (batches 4/6/10, update-freqs 2/1/1): ranks 1 and 2 run a stand-in pass
+  // in every update (they have 1 micro-batch where rank 0 has 2), and update 5 ends the epoch with 4 points,
+  // all rank 0's. A stand-in in train mode moves the BatchNorms' running statistics and num_batches_tracked and
+  // draws dropout masks: unless it puts them back, the buffers and the later draws differ from none's.
+  const std::string plugin = binary_dir() + "/test-plugins/libbn_units_task.so";
+  auto run = [&](const std::string& dir, const std::string& sharding) {
+    const std::vector<std::string> batches{"4", "6", "10"}, freqs{"2", "1", "1"}, budgets{"1", "1", "2"};
+    std::vector<std::vector<std::string>> commands;
+    for (size_t r = 0; r < 3; ++r) {
+      auto args = std::vector<std::string>{
+          binary_path("hetseq-train"), "--user-dir", plugin, "--task", "bn_units", "--cpu", "--intra-op-threads", "1",
+          "--num-workers", "0", "--max-update", "8", "--valid-subset", "test", "--log-format", "json",
+          "--no-progress-bar", "--seed", "5", "--max-sentences", batches[r], "--update-freq", freqs[r],
+          "--zero-sharding", sharding, "--save-dir", dir + "/ck", "--distributed-world-size", "3",
+          "--distributed-rank", std::to_string(r), "--distributed-init-method", "file://" + dir + "/rendezvous"};
+      if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
+      commands.push_back(args);
+    }
+    return run_processes(commands, 300s);
+  };
+  TempDir none_dir, full_dir;
+  const auto none = run(none_dir.path(), "none");
+  require_all(none, "none");
+  const auto full = run(full_dir.path(), "full");
+  require_all(full, "full");
+  const auto expected = hetseq::load_checkpoint(none_dir / "ck/checkpoint_last.pt").model;
+  const auto got = hetseq::load_checkpoint(full_dir / "ck/checkpoint_last.pt").model;
+  REQUIRE(got.size() == expected.size());
+  bool saw_running_mean = false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO(expected[i].first << ": max |difference| "
+                           << (got[i].second.to(torch::kDouble) - expected[i].second.to(torch::kDouble)).abs().max().item<double>());
+    CHECK(got[i].first == expected[i].first);
+    CHECK(torch::equal(got[i].second, expected[i].second));
+    saw_running_mean = saw_running_mean || expected[i].first.find("running_mean") != std::string::npos;
+  }
+  CHECK(saw_running_mean);
+  const auto none_valid = json_lines(none[0].out, "valid"), full_valid = json_lines(full[0].out, "valid");
+  REQUIRE(!none_valid.empty());
+  REQUIRE(full_valid.size() == none_valid.size());
+  CHECK(full_valid.back()["loss"].get<double>() == none_valid.back()["loss"].get<double>());
 }

@@ -34,7 +34,15 @@ if scenario == "stock_ddp":  # the negative control: PyTorch's DDP with each ran
     ddp = torch.nn.parallel.DistributedDataParallel(model)
 else:
     ddp = hetseq.DistributedDataParallel(model, process_group=group, shared_memory=shared_memory)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+# update_freqs trains with plain SGD, whose step is the gradient itself: a wrong divisor (samples times the world
+# size, say) moves the weights, where Adam's step would hide a constant factor.
+def make_optimizer(params):
+    if scenario == "update_freqs":
+        return torch.optim.SGD(params, lr=0.05)
+    return torch.optim.Adam(params, lr=0.01)
+
+
+optimizer = make_optimizer(model.parameters())
 plan = hetseq.data.Plan(DATASET, batch_sizes, update_freqs, seed=3)
 updates = 0
 for update in plan.updates(rank):
@@ -57,7 +65,7 @@ torch.save({"params": [p.detach().clone() for p in model.parameters()], "updates
             "shared_memory": getattr(ddp, "gradients_in_shared_memory", None)}, os.path.join(out, f"rank{rank}.pt"))
 if rank == 0:  # the oracle: one process, every update's samples of all ranks together, the mean loss
     oracle = make_model()
-    opt = torch.optim.Adam(oracle.parameters(), lr=0.01)
+    opt = make_optimizer(oracle.parameters())
     plans = [list(plan.updates(r)) for r in range(world)]
     for u in range(len(plans[0])):
         idx = [i for r in range(world) for mb in plans[r][u] for i in mb]

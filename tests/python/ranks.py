@@ -37,17 +37,23 @@ def backward_update(ddp, micro_batches, update, loss_of, samples=None):
                 u.skip()
 
 
-def train_plan(ddp, optimizer, scheduler, plan, rank, last_epoch, loss_of, stop_after=None, on_stop=None):
+def train_plan(ddp, optimizer, scheduler, plan, rank, last_epoch, loss_of, stop_after=None, on_stop=None,
+               stop_at_top=False):
     """This rank's updates of `plan` from its position to the end of epoch `last_epoch`, each a backward_update,
     then the optimizer's and the scheduler's step; with `stop_after`, once that many updates are done, calls
-    `on_stop()` (a checkpoint) and returns True. Returns False at the end of the epochs."""
+    `on_stop()` (a checkpoint) and returns True: at the bottom of the loop's body, or with `stop_at_top` at the
+    top of the next one (the plan has handed out the next update, which is not trained). Returns False at the
+    end of the epochs."""
     for epoch in range(plan.epoch, last_epoch + 1):
         for update in plan.updates(rank, epoch):
+            if stop_at_top and stop_after is not None and ddp.num_updates == stop_after:
+                on_stop()
+                return True
             optimizer.zero_grad()
             backward_update(ddp, plan.micro_batches, update, loss_of, samples=sum(map(len, update)))
             optimizer.step()
             scheduler.step()
-            if stop_after is not None and ddp.num_updates == stop_after:
+            if not stop_at_top and stop_after is not None and ddp.num_updates == stop_after:
                 on_stop()
                 return True
     return False

@@ -1,7 +1,7 @@
 """One rank of the checkpoint checks (tests/python/test_checkpoint.py runs it under torchrun):
-    resume_worker.py MODE OUT_DIR [STOP]
+    resume_worker.py MODE OUT_DIR [STOP [PLACE]]
 MODE `full+stop` trains two epochs (`full`), then from the start again STOP updates and saves
-OUT_DIR/checkpoint.pt (`stop`); `resume`, in processes of its own, loads it and trains to the end of the two
+OUT_DIR/checkpoint.pt (`stop`), at the bottom of the loop's body or (PLACE `top`) at the top of the next one; `resume`, in processes of its own, loads it and trains to the end of the two
 epochs. Each writes its weights, the update count and the plan's position to OUT_DIR/<mode><rank>.pt. The model has dropout (drawn in every update) and the loop an LR schedule; three ranks with
 unequal batches, over Gloo with small buckets (Note [Resume from Python])."""
 import os
@@ -15,6 +15,7 @@ from ranks import train_plan
 
 mode, out = sys.argv[1], sys.argv[2]
 stop = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+at_top = len(sys.argv) > 4 and sys.argv[4] == "top"
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 EPOCHS, DATASET = 2, 300
@@ -36,7 +37,7 @@ def run(mode):
         hetseq.checkpoint.load(path, ddp, optimizer, plan, scheduler)
     train_plan(ddp, optimizer, scheduler, plan, rank, EPOCHS, lambda idx: loss_sum(model(xs[idx]), ys[idx]),
                stop_after=stop if mode == "stop" else None,
-               on_stop=lambda: hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler))
+               on_stop=lambda: hetseq.checkpoint.save(path, ddp, optimizer, plan, scheduler), stop_at_top=at_top)
     torch.save({"params": [p.detach().clone() for p in model.parameters()], "updates": ddp.num_updates,
                 "position": plan.position()}, os.path.join(out, f"{mode}{rank}.pt"))
 

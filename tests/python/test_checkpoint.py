@@ -21,9 +21,13 @@ from mnist_net import MnistNet, load_split, pixel_stats, read_idx  # noqa: E402
 from ranks import torchrun  # noqa: E402
 
 
-def test_a_resumed_run_ends_with_the_weights_of_the_run_never_stopped(tmp_path):
+@pytest.mark.parametrize("place", ["bottom", "top"])
+def test_a_resumed_run_ends_with_the_weights_of_the_run_never_stopped(tmp_path, place):
+    # Saved at the bottom of the loop's body after update 10, or at the top of the next one, where the plan has
+    # handed out update 11 and the loop has not trained it: the position is that of the updates finished, so
+    # both resume at update 11's samples (a position of the updates handed out skipped them).
     worker = os.path.join(HERE, "resume_worker.py")
-    torchrun(3, worker, "full+stop", tmp_path, 10)  # 7 updates an epoch: the 10th is in the middle of epoch 2
+    torchrun(3, worker, "full+stop", tmp_path, 10, place)  # 7 updates an epoch: the 10th is in the middle of epoch 2
     torchrun(3, worker, "resume", tmp_path)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)  # hetseq-train's format, read by torch
     assert saved["extra_state"]["num_updates"] == 10
