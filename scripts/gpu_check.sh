@@ -998,9 +998,15 @@ PYEOF
   # The whole session: `timeout` puts each step's command in a process group of its own.
   pkill -KILL -s "$killed_pid" 2>/dev/null
   wait "$killed_pid" 2>/dev/null
-  local left
-  left="$(pgrep -s "$killed_pid" | wc -l)"
-  [ "$left" -eq 0 ] || { pkill -KILL -s "$killed_pid"; die "$left processes of the killed --run outlived the kill"; }
+  # Live ones only: an orphan that died stays a zombie where PID 1 does not reap (a container's).
+  local left=0 tries
+  for tries in $(seq 1 50); do
+    left="$(ps -e -o sid=,stat= | awk -v s="$killed_pid" '$1 == s && $2 !~ /^Z/' | wc -l)"
+    [ "$left" -eq 0 ] && break
+    pkill -KILL -s "$killed_pid" 2>/dev/null
+    sleep 0.1
+  done
+  [ "$left" -eq 0 ] || die "$left processes of the killed --run outlived the kill by 5 s"
   python3 - "$killed_out/summary.json" <<'PYEOF' || die "a --run killed mid-way did not leave its finished steps in summary.json (above)"
 import json, sys
 try:

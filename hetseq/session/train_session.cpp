@@ -262,7 +262,7 @@ void TrainSession::check_gradient_sharding() const {
 // --zero-sharding full: which unit holds each parameter, and the units' own process group (Note [Sharded
 // parameters]).
 void TrainSession::add_units(ShardingOptions& sharding) const {
-  if (sharding.mode != ZeroSharding::kFull || !world_.distributed()) return;
+  if (!shards_parameters(sharding.mode) || !world_.distributed()) return;
   sharding.unit_of = parameter_units(*model_);
   sharding.unit_group = world_.role_group("unit-gather");
   auto* shardable = dynamic_cast<ShardableModel*>(model_.get());
@@ -299,7 +299,7 @@ void TrainSession::build_controller() {
   copts.rank = world_.rank();
   copts.device = world_.device();
   copts.cuda_graph = o_.common.cuda_graph;
-  if (copts.cuda_graph && sharding.mode == ZeroSharding::kFull && world_.distributed()) {
+  if (copts.cuda_graph && strategy->needs_stand_ins()) {
     log::info("[cuda-graph] --zero-sharding full gathers parameters between the kernels of a pass: training "
               "uncaptured");
     copts.cuda_graph = false;

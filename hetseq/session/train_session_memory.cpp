@@ -97,7 +97,7 @@ void TrainSession::check_memory() {
   m.gather = ShardedOptimizerOptions{}.gather;
   m.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
   m.ranks = memory_;
-  if (m.sharding == ZeroSharding::kFull) {
+  if (shards_parameters(m.sharding)) {
     const UnitSizes sizes = unit_sizes(model_->parameters(), parameter_units(*model_));
     m.root_numel = sizes.root;
     m.largest_unit_numel = sizes.largest;

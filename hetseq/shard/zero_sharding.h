@@ -20,5 +20,8 @@ inline bool shards_state(ZeroSharding sharding) { return sharding != ZeroShardin
 inline bool shards_gradients(ZeroSharding sharding) {
   return sharding == ZeroSharding::kGradients || sharding == ZeroSharding::kFull;
 }
+/// Whether each rank keeps only its shard of the parameters between passes, gathering units around them
+/// (`full`): UnitGather (Note [Sharded parameters]).
+inline bool shards_parameters(ZeroSharding sharding) { return sharding == ZeroSharding::kFull; }
 
 }  // namespace hetseq

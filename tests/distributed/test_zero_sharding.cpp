@@ -392,7 +392,7 @@ TEST_CASE("Sharding os, os+grad and full under --bf16 autocast, 2 micro-batches 
   }
 }
 
-TEST_CASE("Sharding full trains tiny BERT (its root: embeddings, tied decoder, pooler; dropout 0.1) as none, bit for "
+TEST_CASE("Sharding full trains tiny BERT (its root: embeddings, tied decoder, pooler, dropout 0.1) as none, bit for "
           "bit, with unequal budgets, batches and update-freqs, an epoch's uneven end, and a resume before it",
           "[distributed][multiprocess][zero_shard][bert]") {
   // 80 sequences at 8 + 6 + 10 an update: update 4 ends epoch 1 with 8, all rank 0's, so ranks 1 and 2 run
