@@ -22,10 +22,13 @@
 # samples per update (with PY's torch; default: the torch wheel's venv from scripts/setup.sh): the two
 # ranks alone show what summing in another order alone gives.
 # --whole SHORT: the whole run instead of its steady state, validations (the test split, at the epoch's end and at
-# --updates) and start-up included: each variant runs SHORT and N updates, and its figure is the samples of
-# updates SHORT+1..N over the difference of the two runs' wall times (start to exit, every rank), so that what
-# both runs share (start-up, the final validation and save) cancels. E.g. --updates 450 --whole 150: the 450-update
-# run validates at the end of epoch 1 (update 313) and at 450, the 150-update run at 150.
+# --updates) included: each variant runs SHORT and N updates, and its figure is the samples of updates SHORT+1..N
+# over the difference of the two runs' times, so that what both runs share (the first updates, the final
+# validation and save) cancels. Two times: the training loop's (rank 0's "[train] done: ... s", from the first
+# update to the last save) and the processes' (start to exit of every rank). The second also holds the slow
+# rank's start-up, about a minute at 1% of a CPU that varies by 10 s from run to run, which the difference does not
+# cancel. E.g. --updates 450 --whole 150: the 450-update run validates at the end of epoch 1 (update 313) and at
+# 450, the 150-update run at 150.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/benchmarks/common.sh"
@@ -130,7 +133,10 @@ whole_rate() {
   t0="$(date +%s.%N)"; max_update="$whole" run_ranks "$dir-short" "$world" "$@"
   t1="$(date +%s.%N)"; max_update="$updates" run_ranks "$dir-long" "$world" "$@"
   t2="$(date +%s.%N)"
-  "$python" -c "print(f'{192 * ($updates - $whole) / (($t2 - $t1) - ($t1 - $t0)):.1f}')"
+  local loop_short loop_long
+  loop_short="$(sed -n 's/.*\[train\] done: .*, \([0-9.]*\) s$/\1/p' "$dir-short/rank0.err" | tail -n 1)"
+  loop_long="$(sed -n 's/.*\[train\] done: .*, \([0-9.]*\) s$/\1/p' "$dir-long/rank0.err" | tail -n 1)"
+  "$python" -c "print(f'{192 * ($updates - $whole) / ($loop_long - $loop_short):.1f}', f'{192 * ($updates - $whole) / (($t2 - $t1) - ($t1 - $t0)):.1f}')"
 }
 
 if [ "$whole" -gt 0 ]; then
@@ -138,17 +144,19 @@ if [ "$whole" -gt 0 ]; then
   echo "[sit-out] whole runs: $repeats repeats of $whole and $updates updates with validation, rank 2 held to" \
        "$quota us of 100000; logs in ${out:=$(mktemp -d /tmp/hetseq-sit-out.XXXXXX)}"
   mkdir -p "$out"
-  sit=() two=() ratios=()
+  sit=() two=() ratios=() wall_ratios=()
   for i in $(seq 1 "$repeats"); do
-    a="$(whole_rate "$out/sit-out-$i" 3 0:95 1:95 1:2:slow)"
-    b="$(whole_rate "$out/two-$i" 2 0:96 1:96)"
+    read -r a a_wall <<<"$(whole_rate "$out/sit-out-$i" 3 0:95 1:95 1:2:slow)"
+    read -r b b_wall <<<"$(whole_rate "$out/two-$i" 2 0:96 1:96)"
     sit+=("$a") two+=("$b") ratios+=("$("$python" -c "print(f'{$a / $b:.3f}')")")
-    echo "[sit-out] repeat $i: whole runs, updates $((whole + 1))-$updates: sit-out $a samples/s, two $b samples/s," \
-         "ratio ${ratios[-1]}"
+    wall_ratios+=("$("$python" -c "print(f'{$a_wall / $b_wall:.3f}')")")
+    echo "[sit-out] repeat $i: whole runs, updates $((whole + 1))-$updates: training loop: sit-out $a samples/s, two" \
+         "$b samples/s, ratio ${ratios[-1]}; processes: sit-out $a_wall, two $b_wall, ratio ${wall_ratios[-1]}"
   done
   median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-  echo "[sit-out] median (whole runs): sit-out $(median "${sit[@]}") samples/s, two $(median "${two[@]}") samples/s," \
-       "ratio $(median "${ratios[@]}") (target >= 0.9)"
+  echo "[sit-out] median (whole runs): training loop: sit-out $(median "${sit[@]}") samples/s, two" \
+       "$(median "${two[@]}") samples/s, ratio $(median "${ratios[@]}") (target >= 0.9); processes: ratio" \
+       "$(median "${wall_ratios[@]}")"
   exit 0
 fi
 

@@ -57,8 +57,9 @@ namespace {
 constexpr const char* kMeetingKey = "sit-out/meeting/";
 constexpr const char* kFiguresKey = "sit-out/figures/";
 constexpr const char* kBeatKey = "sit-out/beat";
-constexpr const char* kStopKey = "sit-out/stop";  // Note [A stop while sitting out]
-constexpr auto kStopCheckEvery = std::chrono::milliseconds(200);
+constexpr const char* kStopKey = "sit-out/stop";    // Note [A stop while sitting out]
+constexpr const char* kAliveKey = "sit-out/alive/";  // + rank: a rank that sits out counts its waits' seconds
+constexpr auto kStopCheckEvery = std::chrono::seconds(1);  // as often as rank 0 beats
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -113,6 +114,7 @@ std::shared_ptr<CollectiveChannel> SitOutRoster::channel_of(const std::vector<in
 
 void SitOutRoster::apply(Controller& controller, const std::vector<int64_t>& members) {
   if (members == members_) return;
+  alive_.clear();  // Note [A stop while sitting out]: every rank's clock restarts
   HETSEQ_ASSERT(!members.empty() && members.front() == 0, "rank 0 sits out in [{}]", fmt::join(members, ","));
   const auto at = std::find(members.begin(), members.end(), rank_);
   const bool was_member = position_ >= 0;
@@ -177,6 +179,12 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
 // one: every rank agrees after that update, the ranks that sit out are called to the meeting (with stop set),
 // rank 0 saves, and every rank exits with kExitStopped: within about one update and a save of the signal. A
 // probe in progress on the rank delays its key by at most one micro-batch.
+//
+// A rank that sits out and dies (SIGKILL, its node lost) would be missed until the next meeting, which may be
+// minutes away. So a waiting rank also counts under kAliveKey + its rank, about once a second, and rank 0, on
+// the same visits to the store, throws a PeerError naming a rank whose count has not moved for
+// --distributed-timeout; every rank then stops with kExitPeerLost (the others when their next collective with
+// rank 0 fails). The clock of a rank restarts whenever the ranks that take part change (a meeting, a split).
 
 bool SitOutRoster::stop_asked() {
   if (stop_heard_) return true;
@@ -186,16 +194,51 @@ bool SitOutRoster::stop_asked() {
   last_stop_check_ = now;
   auto store = world_.store();
   try {
+    check_alive(*store, now);
     if (!store->check({kStopKey})) return false;
     stop_heard_ = true;
     log::info("[balance] rank {}, which sits out, was asked to stop: the run stops after this update",
               string_of(store->get(kStopKey)));
+  } catch (const PeerError&) {
+    throw;
   } catch (const std::exception& e) {
     throw PeerError(fmt::format("rank 0 of {}: the store of the run failed while it looked for a stop request of "
                                 "the ranks that sit out: {}",
                                 world_size_, e.what()));
   }
   return true;
+}
+
+void SitOutRoster::count_alive() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_alive_ < std::chrono::seconds(1)) return;
+  last_alive_ = now;
+  try {
+    world_.store()->set(kAliveKey + std::to_string(rank_), bytes_of(std::to_string(++alive_count_)));
+  } catch (const std::exception& e) {
+    throw PeerError(fmt::format("rank {} of {} (sitting out): the store of the run failed: {} (rank 0 died or the "
+                                "rendezvous is gone)",
+                                rank_, world_size_, e.what()));
+  }
+}
+
+void SitOutRoster::check_alive(c10d::Store& store, std::chrono::steady_clock::time_point now) {
+  for (int64_t r = 1; r < world_size_; ++r) {
+    if (is_member(r)) continue;
+    const std::string key = kAliveKey + std::to_string(r);
+    std::string count = store.check({key}) ? string_of(store.get(key)) : std::string();
+    auto [it, added] = alive_.try_emplace(r, Heard{count, now});
+    if (added || it->second.count != count) {
+      it->second = Heard{std::move(count), now};
+      continue;
+    }
+    if (now - it->second.at > options_.timeout) {
+      throw PeerError(fmt::format(
+          "rank 0 of {}: rank {}, which sits out, has not been heard from for {} s (--distributed-timeout): it died "
+          "or hangs; the run stops, resume it from the last checkpoint",
+          world_size_, r, std::chrono::duration_cast<std::chrono::seconds>(options_.timeout).count()));
+    }
+  }
 }
 
 Meeting SitOutRoster::wait(Controller& controller) {
@@ -208,6 +251,7 @@ Meeting SitOutRoster::wait(Controller& controller) {
   std::vector<double> call;
   for (;;) {
     try {
+      count_alive();
       if (!stop_posted_ && options_.stop_requested && options_.stop_requested()) {
         stop_posted_ = true;
         store->set(kStopKey, bytes_of(std::to_string(rank_)));
@@ -302,6 +346,7 @@ void SitOutRoster::probe(Controller& controller) {
   double seconds = 0;
   do {
     controller.probe(batch);
+    count_alive();  // a probe's micro-batch may take seconds on a starved rank
     ++runs;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   } while (seconds < options_.probe_s);

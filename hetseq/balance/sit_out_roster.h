@@ -4,6 +4,7 @@
 #include <functional>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,9 @@ class SitOutRoster final : public UpdateRoster {
   void before_update() override;
   void after_update(Controller& controller, const Meeting& here, bool everyone) override;
   Meeting wait(Controller& controller) override;
+  /// Rank 0, about once a second while some rank sits out: whether one was asked to stop; throws a
+  /// PeerError naming a rank that sits out and has not been heard from for --distributed-timeout (Note [A
+  /// stop while sitting out]).
   bool stop_asked() override;
 
  private:
@@ -64,6 +68,9 @@ class SitOutRoster final : public UpdateRoster {
   /// Every rank: rank 0's training state to the ranks that sat out (`receiving`). One broadcast.
   void meet(Controller& controller, bool receiving);
   void post_figures();
+  void check_alive(c10d::Store& store, std::chrono::steady_clock::time_point now);
+  /// A rank that sits out: counts under its alive key, at most once a second (Note [A stop while sitting out]).
+  void count_alive();
   void probe(Controller& controller);
   std::vector<std::vector<double>> gather_rows(const std::vector<double>& local, bool posted);
 
@@ -88,6 +95,14 @@ class SitOutRoster final : public UpdateRoster {
   std::chrono::steady_clock::time_point last_stop_check_;
   bool stop_posted_ = false;  // this rank, sitting out, told rank 0 it was asked to stop
   bool stop_heard_ = false;   // rank 0 read that a rank that sits out was asked to stop
+  std::chrono::steady_clock::time_point last_alive_;  // a rank that sits out: when it last counted
+  int64_t alive_count_ = 0;
+  /// Rank 0: what a rank that sits out last counted, and when rank 0 saw it change.
+  struct Heard {
+    std::string count;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<int64_t, Heard> alive_;  // [rank that sits out]
   int64_t beats_ = 0;
   std::map<std::vector<int64_t>, std::shared_ptr<CollectiveChannel>> channels_;  // [members]
 };
