@@ -36,7 +36,6 @@ optimizers], hetseq/shard.py).
 import numbers
 
 import torch
-import torch.distributed as dist
 
 from . import _C
 from .shard import ShardedOptimizer, class_path
@@ -56,11 +55,10 @@ def save(path, ddp, optimizer=None, plan=None, lr_scheduler=None, task="python",
                                str(path))
         except Exception as e:  # every rank must reach the all_reduce below
             error = e
-    failed = torch.tensor([0 if error is None else 1])
-    dist.all_reduce(failed, group=ddp.process_group)
+    failed = _C.any_rank(error is not None, ddp.process_group)  # a tensor of C++'s: Note [Process groups at exit]
     if error is not None:
         raise error
-    if failed.item():
+    if failed:
         raise _C.PeerError(f"rank 0 could not write the checkpoint {path}; its error says why")
 
 

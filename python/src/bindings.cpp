@@ -164,6 +164,25 @@ PYBIND11_MODULE(_C, m) {
   // the package asks this to tell it from the loop's own errors.
   m.def("peer_failure_seen", &hetseq::peer_failure_seen,
         "Whether a hetseq.PeerError was raised in this process, on any thread (a collective lost a peer)");
+  // Note [Process groups at exit], (4): a tensor that Python created and handed to a Gloo collective may be
+  // released last by Gloo's worker thread, which then needs the GIL: during the interpreter's finalization that
+  // ended the process ("terminate called without an active exception", after a checkpoint's all_reduce, about
+  // 1 run in 8 of the hetseq-eval test). The package's own agreements therefore go through tensors made here,
+  // which have no Python object.
+  m.def(
+      "any_rank",
+      [](bool mine, const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+        std::vector<at::Tensor> flag{at::full({1}, mine ? 1 : 0, at::kInt)};
+        try {
+          group->allreduce(flag)->wait();
+        } catch (const std::exception& e) {
+          throw hetseq::PeerError(fmt::format("rank {} of {}: an agreement of the ranks failed, a peer was lost: {}",
+                                      group->getRank(), group->getSize(), e.what()));
+        }
+        return flag[0].item<int>() > 0;
+      },
+      py::arg("mine"), py::arg("group"), py::call_guard<py::gil_scoped_release>(),
+      "Whether any rank of `group` passed true (a collective: every rank calls it at the same point)");
   py::class_<Reducer, ReleaseGilPtr<Reducer>>(m, "Reducer")  // Note [Process groups at exit] (bindings.h)
       .def(py::init<const NamedTensors&, const NamedTensors&, c10::intrusive_ptr<c10d::ProcessGroup>, double, bool,
                     const std::string&, double, std::vector<std::vector<int64_t>>>(),

@@ -25,6 +25,9 @@ namespace hetseq::python {
 // in CI (1 run of tests/python), on rank 0, whose last collective was the checkpoint's all_reduce of a
 // Python tensor. `import hetseq` imports that module first, while no group exists, so that its defaults
 // are None (python/hetseq/_world_defaults.py); tests/python/test_ddp.py checks that no Gloo thread is left.
+// (4) It came back once more (1 in about 8 runs of the hetseq-eval test, on rank 1): a Python tensor given to the
+// checkpoint's all_reduce, released last by a Gloo worker after the script ended. The package's own agreements
+// now use tensors made in C++ (_C.any_rank), which a worker can release without the GIL.
 template <typename T>
 struct ReleaseGilDelete {
   void operator()(T* p) const {
