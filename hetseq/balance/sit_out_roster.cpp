@@ -59,7 +59,6 @@ constexpr const char* kFiguresKey = "sit-out/figures/";
 constexpr const char* kBeatKey = "sit-out/beat";
 constexpr const char* kStopKey = "sit-out/stop";    // Note [A stop while sitting out]
 constexpr const char* kAliveKey = "sit-out/alive/";  // + rank: a rank that sits out counts its waits' seconds
-constexpr auto kStopCheckEvery = std::chrono::seconds(1);  // as often as rank 0 beats
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -161,7 +160,7 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
     meet(controller, /*receiving=*/false);
   } else if (someone_out && rank_ == 0 && std::chrono::steady_clock::now() - last_beat_ > std::chrono::seconds(1)) {
     last_beat_ = std::chrono::steady_clock::now();
-    store->set(kBeatKey, bytes_of(std::to_string(++beats_)));
+    visit_store(*store);
   }
   // The c10d::Reducer settles its buckets over the whole group at the start of this process's second update:
   // until then a rank at 0 takes part with an empty micro-batch (Note [Empty micro-batches]).
@@ -174,8 +173,9 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
 // A stop signal reaches one node when its node alone is preempted, and Slurm's grace between SIGTERM and SIGKILL
 // is 30 s by default. A rank that takes part votes to stop in its next update (Note [Clean stops]); a rank
 // that sits out votes in no update, and the next meeting may be minutes away. So, while it waits, it writes
-// its rank under kStopKey on the store; rank 0 looks for that key at most every kStopCheckEvery (one store
-// round trip) before its updates' stop votes, and votes to stop when it finds it. The stop is then the usual
+// its rank under kStopKey on the store; rank 0 looks for that key on its visits to the store, about once a
+// second after an update, where it also beats (visit_store), and votes to stop in its next update when it finds
+// it. The stop is then the usual
 // one: every rank agrees after that update, the ranks that sit out are called to the meeting (with stop set),
 // rank 0 saves, and every rank exits with kExitStopped: within about one update and a save of the signal. A
 // probe in progress on the rank delays its key by at most one micro-batch.
@@ -186,27 +186,22 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
 // --distributed-timeout; every rank then stops with kExitPeerLost (the others when their next collective with
 // rank 0 fails). The clock of a rank restarts whenever the ranks that take part change (a meeting, a split).
 
-bool SitOutRoster::stop_asked() {
-  if (stop_heard_) return true;
-  if (rank_ != 0 || static_cast<int64_t>(members_.size()) == world_size_) return false;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_stop_check_ < kStopCheckEvery) return false;
-  last_stop_check_ = now;
-  auto store = world_.store();
+void SitOutRoster::visit_store(c10d::Store& store) {
   try {
-    check_alive(*store, now);
-    if (!store->check({kStopKey})) return false;
-    stop_heard_ = true;
-    log::info("[balance] rank {}, which sits out, was asked to stop: the run stops after this update",
-              string_of(store->get(kStopKey)));
+    store.set(kBeatKey, bytes_of(std::to_string(++beats_)));
+    check_alive(store, last_beat_);
+    if (!stop_heard_ && store.check({kStopKey})) {
+      stop_heard_ = true;
+      log::info("[balance] rank {}, which sits out, was asked to stop: the run stops after the next update",
+                string_of(store.get(kStopKey)));
+    }
   } catch (const PeerError&) {
     throw;
   } catch (const std::exception& e) {
-    throw PeerError(fmt::format("rank 0 of {}: the store of the run failed while it looked for a stop request of "
-                                "the ranks that sit out: {}",
+    throw PeerError(fmt::format("rank 0 of {}: the store of the run failed while it beat for the ranks that sit out "
+                                "and looked for their stop requests: {}",
                                 world_size_, e.what()));
   }
-  return true;
 }
 
 void SitOutRoster::count_alive() {

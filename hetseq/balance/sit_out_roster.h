@@ -55,10 +55,7 @@ class SitOutRoster final : public UpdateRoster {
   void before_update() override;
   void after_update(Controller& controller, const Meeting& here, bool everyone) override;
   Meeting wait(Controller& controller) override;
-  /// Rank 0, about once a second while some rank sits out: whether one was asked to stop; throws a
-  /// PeerError naming a rank that sits out and has not been heard from for --distributed-timeout (Note [A
-  /// stop while sitting out]).
-  bool stop_asked() override;
+  bool stop_asked() override { return stop_heard_; }
 
  private:
   std::vector<int64_t> members_of(int64_t epoch) const;
@@ -68,6 +65,10 @@ class SitOutRoster final : public UpdateRoster {
   /// Every rank: rank 0's training state to the ranks that sat out (`receiving`). One broadcast.
   void meet(Controller& controller, bool receiving);
   void post_figures();
+  /// Rank 0, after an update about once a second while some rank sits out: beats for them, throws a PeerError
+  /// naming one not heard from for --distributed-timeout, and looks for their stop requests (Note [A stop while
+  /// sitting out]).
+  void visit_store(c10d::Store& store);
   void check_alive(c10d::Store& store, std::chrono::steady_clock::time_point now);
   /// A rank that sits out: counts under its alive key, at most once a second (Note [A stop while sitting out]).
   void count_alive();
@@ -92,7 +93,6 @@ class SitOutRoster final : public UpdateRoster {
   int64_t probes_ = 0;
   std::chrono::steady_clock::time_point next_probe_;
   std::chrono::steady_clock::time_point last_beat_;
-  std::chrono::steady_clock::time_point last_stop_check_;
   bool stop_posted_ = false;  // this rank, sitting out, told rank 0 it was asked to stop
   bool stop_heard_ = false;   // rank 0 read that a rank that sits out was asked to stop
   std::chrono::steady_clock::time_point last_alive_;  // a rank that sits out: when it last counted

@@ -11,6 +11,7 @@
 #include "hetseq/session/train_session.h"
 #include "hetseq/shard/sharded_optimizer.h"
 #include "hetseq/shard/unit_gather.h"
+#include "hetseq/task/buffer_snapshot.h"
 #include "hetseq/train/precision.h"
 
 namespace hetseq {
@@ -20,8 +21,7 @@ namespace hetseq {
 // buffers (running statistics) are put back afterwards; its parameters are untouched (no step).
 int64_t TrainSession::probe_cap(int64_t batch_size) {
   if (!o_.balance.auto_balance || !world_.device().is_cuda() || !world_.distributed()) return 0;
-  std::vector<torch::Tensor> buffers;
-  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
+  BufferSnapshot buffers(*model_);
   auto try_size = [&](int64_t b) {
     std::vector<int64_t> indices(static_cast<size_t>(b));
     for (int64_t i = 0; i < b; ++i) indices[static_cast<size_t>(i)] = i % train_data_->size();
@@ -39,9 +39,7 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
       *std::max_element(o_.optimization.update_freq.begin(), o_.optimization.update_freq.end());
   probe.limit = batch_size * most_freq * world_.world_size();
   const int64_t cap = probe_micro_batch_cap(try_size, release, probe);
-  torch::NoGradGuard no_grad;
-  auto live = model_->buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
+  buffers.restore();
   log::info("[balance] rank {}: micro-batch cap {} from probing {} (--balance-cap sets it)", world_.rank(),
             cap > 0 ? std::to_string(cap) : "none needed", world_.device().str());
   return cap;
@@ -60,8 +58,7 @@ RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
   m.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world_.device());
   m.micro_batch = o_.balance.caps.empty() || o_.balance.caps[0] <= 0 ? batch_size
                                                                       : std::min(batch_size, o_.balance.caps[0]);
-  std::vector<torch::Tensor> buffers;
-  for (const auto& b : model_->buffers()) buffers.push_back(b.detach().clone());
+  BufferSnapshot buffers(*model_);
   for (auto& p : model_->parameters()) {
     if (p.requires_grad()) p.mutable_grad() = torch::zeros_like(p);
   }
@@ -74,9 +71,7 @@ RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
   });
   model_->zero_grad(/*set_to_none=*/true);
   if (world_.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
-  torch::NoGradGuard no_grad;
-  auto live = model_->buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
+  buffers.restore();
   return m;
 }
 

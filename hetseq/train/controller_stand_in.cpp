@@ -6,6 +6,7 @@
 #include "hetseq/checkpoint/training_state.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/task/buffer_snapshot.h"
 #include "hetseq/train/controller.h"
 #include "hetseq/train/precision.h"
 
@@ -43,11 +44,7 @@ void Controller::stand_in_pass(const Task::Backward& backward) {
     // Two samples where there are: a BatchNorm over a batch of one has no variance to train with.
     stand_in_ = stand_in_data_->size() > 1 ? stand_in_data_->collate({0, 1}) : stand_in_data_->collate({0});
   }
-  std::vector<torch::Tensor> buffers;  // [buffer] copies, written back after the pass
-  {
-    torch::NoGradGuard no_grad;
-    for (const auto& b : model_->buffers()) buffers.push_back(b.defined() ? b.clone() : b);
-  }
+  BufferSnapshot buffers(*model_);
   auto generator = at::detail::getDefaultCPUGenerator();
   at::Tensor cpu_state;
   {
@@ -68,12 +65,7 @@ void Controller::stand_in_pass(const Task::Backward& backward) {
     generator.set_state(cpu_state);
   }
   if (!cuda_states.empty()) set_cuda_rng_states(cuda_states, "the stand-in pass");
-  torch::NoGradGuard no_grad;
-  size_t i = 0;
-  for (auto& b : model_->buffers()) {
-    if (b.defined()) b.copy_(buffers[i]);
-    ++i;
-  }
+  buffers.restore();
 }
 
 }  // namespace hetseq

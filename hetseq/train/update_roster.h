@@ -38,7 +38,6 @@ class UpdateRoster {
   virtual Meeting wait(Controller& controller) = 0;
   /// A rank that takes part, before each update's stop vote: whether a rank that sits out was asked to stop
   /// (SIGTERM to its node alone). Rank 0 then votes to stop, and the run stops as if it had been asked.
-  /// Throws hetseq::PeerError naming a rank that sits out and is no longer heard from.
   virtual bool stop_asked() { return false; }
 };
 

@@ -64,6 +64,23 @@ std::vector<std::unique_ptr<Process>> start_ranks(const std::vector<std::vector<
   return ranks;
 }
 
+// Three ranks on `samples` random images of `dir` (rank 2 at 300 ms a micro-batch, the others at 20) with
+// `more` flags, until update 100000, started and seen to sit rank 2 out; rank 2 is then in its wait.
+std::vector<std::unique_ptr<Process>> start_with_rank2_out(const TempDir& dir, int64_t samples,
+                                                           const std::vector<std::string>& more) {
+  write_random_mnist(dir.path(), samples, 10);
+  const std::string slow = dir / "slow_ms", fast = dir / "fast_ms";
+  write_delay(fast, 20);
+  write_delay(slow, 300);
+  auto ranks = start_ranks(sit_out_ranks(with(sit_out_args(dir.path(), dir / "three"),
+                                              with({"--max-update", "100000"}, more)),
+                                         dir / "rendezvous"),
+                           fast, slow);
+  REQUIRE(ranks[0]->wait_for_err("[balance] rank 2 sits out", 120s));
+  std::this_thread::sleep_for(1s);  // between probes or in one
+  return ranks;
+}
+
 // The model of `a` equals that of `b` up to float32 sums taken in another order (over 130 updates of plain SGD,
 // about 2e-5 apart on this machine).
 void check_same_model(const hetseq::Checkpoint& a, const hetseq::Checkpoint& b, double tolerance = 1e-4) {
@@ -239,15 +256,7 @@ TEST_CASE("Sitting out: SIGTERM to the rank that sits out, alone, stops every ra
   // exits 5 within 10 s (Slurm's default grace is 30 s); before that note the stop came at the next meeting,
   // here never (no save interval, no epoch end within the run's 100000 updates).
   TempDir dir;
-  write_random_mnist(dir.path(), 2000, 10);
-  const std::string slow = dir / "slow_ms", fast = dir / "fast_ms";
-  write_delay(fast, 20);
-  write_delay(slow, 300);
-  auto ranks = start_ranks(
-      sit_out_ranks(with(sit_out_args(dir.path(), dir / "three"), {"--max-update", "100000"}), dir / "rendezvous"),
-      fast, slow);
-  REQUIRE(ranks[0]->wait_for_err("[balance] rank 2 sits out", 120s));
-  std::this_thread::sleep_for(1s);  // rank 2 is in its wait, between probes or in one
+  auto ranks = start_with_rank2_out(dir, 2000, {});
   const auto signalled = std::chrono::steady_clock::now();
   ::kill(ranks[2]->pid(), SIGTERM);
   std::vector<ProcessResult> results;
@@ -275,16 +284,8 @@ TEST_CASE("Sitting out: SIGKILL of the rank that sits out stops the others with 
   // when a count has not moved for --distributed-timeout (10 s here). Before, a dead rank that sat out was
   // noticed only at the next meeting, here never.
   TempDir dir;
-  write_random_mnist(dir.path(), 20000, 10);  // 1111 updates an epoch: no meeting before the timeout
-  const std::string slow = dir / "slow_ms", fast = dir / "fast_ms";
-  write_delay(fast, 20);
-  write_delay(slow, 300);
-  auto ranks = start_ranks(sit_out_ranks(with(sit_out_args(dir.path(), dir / "three"),
-                                              {"--max-update", "100000", "--distributed-timeout", "10"}),
-                                         dir / "rendezvous"),
-                           fast, slow);
-  REQUIRE(ranks[0]->wait_for_err("[balance] rank 2 sits out", 120s));
-  std::this_thread::sleep_for(2s);
+  // 20000 images, 1111 updates an epoch: no meeting before the timeout.
+  auto ranks = start_with_rank2_out(dir, 20000, {"--distributed-timeout", "10"});
   const auto killed = std::chrono::steady_clock::now();
   ::kill(ranks[2]->pid(), SIGKILL);
   std::vector<ProcessResult> results;
