@@ -1,9 +1,12 @@
-// The DistributedReducer with CUDA gradients (level 1, see support/rank_threads.h): --find-unused-parameters on
-// ranks as threads whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
+// The DistributedReducer with CUDA gradients (ranks as processes where a backward pass runs: Note [CUDA backward
+// needs a process per rank], support/rank_processes.h; as threads otherwise): --find-unused-parameters on
+// ranks as processes whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
 // "find_unused_parameters: parameters unused on some or all ranks" in tests/distributed/test_ddp_reducer.cpp),
 // NCCL at world size 1, and --shared-memory-reduce with CUDA parameters. Skipped, visibly, where no CUDA device
 // is (see cuda/cuda_skip.h).
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,7 +20,9 @@
 #include "hetseq/core/error.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/world/process_group.h"
+#include "support/rank_processes.h"
 #include "support/rank_threads.h"
+#include "support/temp_dir.h"
 
 using hetseq::DdpOptions;
 using hetseq::DistributedReducer;
@@ -44,73 +49,88 @@ struct CudaBranchy : torch::nn::Module {
 
 }  // namespace
 
+// One rank of the test below (hidden: run by it, in a process of its own, Note [CUDA backward needs a process per
+// rank]): three updates with branch b used per kUsesB, writing each update's gradients (those defined) and the
+// number of gradients found off cuda:0 to its folder.
+const std::vector<std::vector<bool>> kUsesB{{false, true, true}, {false, false, true}, {false, false, false}};
+constexpr const char* kUnusedRank = "CUDA: find_unused_parameters rank";
+TEST_CASE(kUnusedRank, "[.][cuda_unused_rank]") {
+  const auto me = hetseq::test::rank_process();
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(40 + me.rank);
+  auto model = std::make_shared<CudaBranchy>();
+  model->to(gpu);
+  DdpOptions options;
+  options.bucket_cap_mb = std::stod(std::getenv("HETSEQ_TEST_CAP_MB"));
+  options.find_unused_parameters = true;
+  DistributedReducer reducer(*model, me.group, options);
+  const torch::Tensor input = (torch::arange(8, torch::kFloat32).reshape({2, 4}) / 8).to(gpu);
+  torch::serialize::OutputArchive archive;
+  int64_t off_gpu = 0;
+  for (size_t update = 0; update < kUsesB.size(); ++update) {
+    for (auto& p : model->parameters()) p.mutable_grad().reset();
+    torch::Tensor loss = (me.rank + 1) * model->forward(input, kUsesB[update][me.rank]).sum();
+    reducer.before_backward(0, 1, loss);
+    loss.backward();
+    reducer.finish_update();
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor g = item.value().grad();
+      if (!g.defined()) continue;
+      if (g.device() != gpu) ++off_gpu;
+      archive.write(std::to_string(update) + "/" + item.key(), g.detach().cpu());
+    }
+  }
+  archive.write("off_gpu", torch::tensor(off_gpu));
+  archive.save_to(me.dir + "/rank" + std::to_string(me.rank) + ".pt");
+}
+
 TEST_CASE("CUDA: find_unused_parameters with CUDA gradients: parameters unused on some or all ranks",
           "[cuda][ddp]") {
   if (!cuda_or_skip()) return;
-  const torch::Device gpu(torch::kCUDA, 0);
   constexpr int kWorld = 3;
-  // [update][rank] whether rank uses branch b: on some ranks, then on another set, then on none.
-  const std::vector<std::vector<bool>> uses_b{{false, true, true}, {false, false, true}, {false, false, false}};
+  // [update][rank] whether rank uses branch b (kUsesB): on some ranks, then on another set, then on none.
   const torch::Tensor x = torch::arange(8, torch::kFloat32).reshape({2, 4}) / 8;
-
   for (double cap_mb : {1e-6, 25.0}) {
     CAPTURE(cap_mb);
-    std::vector<std::shared_ptr<CudaBranchy>> models;
+    hetseq::test::TempDir dir;
+    const auto ranks = hetseq::test::run_rank_processes(kUnusedRank, kWorld, dir.path(), std::chrono::seconds(120),
+                                                        {{"HETSEQ_TEST_CAP_MB", std::to_string(cap_mb)}});
+    std::vector<torch::serialize::InputArchive> saved(kWorld);
     for (int r = 0; r < kWorld; ++r) {
-      torch::manual_seed(40 + r);
-      models.push_back(std::make_shared<CudaBranchy>());
-      models.back()->to(gpu);
+      INFO("rank " << r << " stdout:\n" << ranks[r].out << "\nstderr:\n" << ranks[r].err);
+      REQUIRE_FALSE(ranks[r].timed_out);
+      REQUIRE(ranks[r].exit_code == 0);
+      saved[r].load_from(dir / ("rank" + std::to_string(r) + ".pt"));
+      torch::Tensor off_gpu;
+      saved[r].read("off_gpu", off_gpu);
+      CHECK(off_gpu.item<int64_t>() == 0);  // every gradient that arrived stays on cuda:0
     }
-    // [rank][update] gradients by parameter name, copied to the CPU (undefined: no gradient)
-    std::vector<std::vector<std::map<std::string, torch::Tensor>>> grads(kWorld);
-    // [rank] the device of every gradient that arrived, as seen after the reduction
-    std::vector<std::vector<std::string>> devices(kWorld);
-    run_ranks(kWorld, [&](int rank, const Group& group) {
-      auto& model = *models[rank];
-      DdpOptions options;
-      options.bucket_cap_mb = cap_mb;
-      options.find_unused_parameters = true;
-      DistributedReducer reducer(model, group, options);
-      const torch::Tensor input = x.to(gpu);
-      for (size_t update = 0; update < uses_b.size(); ++update) {
-        for (auto& p : model.parameters()) p.mutable_grad().reset();
-        torch::Tensor loss = (rank + 1) * model.forward(input, uses_b[update][rank]).sum();
-        reducer.before_backward(0, 1, loss);
-        loss.backward();
-        reducer.finish_update();
-        std::map<std::string, torch::Tensor> named;
-        for (const auto& item : model.named_parameters()) {
-          const torch::Tensor g = item.value().grad();
-          if (g.defined()) devices[rank].push_back(g.device().str());
-          named[item.key()] = g.defined() ? g.detach().to(torch::kCPU) : torch::Tensor();
-        }
-        grads[rank].push_back(named);
-      }
-    });
     // d/dW of sum(W x + c) is the column sums of x for every row; the bias gets the batch size.
     const torch::Tensor dw = x.sum(0).expand({3, 4});
     const torch::Tensor db = torch::full({3}, 2.0f);
-    for (int r = 0; r < kWorld; ++r) {
-      for (const auto& d : devices[r]) CHECK(d == "cuda:0");
-    }
-    for (size_t update = 0; update < uses_b.size(); ++update) {
+    for (size_t update = 0; update < kUsesB.size(); ++update) {
       double b_weight = 0;  // sum over the ranks that use b of 2 * (rank + 1)
-      for (int r = 0; r < kWorld; ++r) b_weight += uses_b[update][r] ? 2.0 * (r + 1) : 0.0;
+      for (int r = 0; r < kWorld; ++r) b_weight += kUsesB[update][r] ? 2.0 * (r + 1) : 0.0;
       for (int r = 0; r < kWorld; ++r) {
         CAPTURE(update, r);
-        const auto& g = grads[r][update];
-        CHECK(torch::allclose(g.at("a.weight"), 6 * dw));
-        CHECK(torch::allclose(g.at("a.bias"), 6 * db));
+        auto grad = [&](const std::string& name) {
+          torch::Tensor g;
+          saved[r].try_read(std::to_string(update) + "/" + name, g);
+          return g;  // undefined: no gradient
+        };
+        REQUIRE(grad("a.weight").defined());
+        CHECK(torch::allclose(grad("a.weight"), 6 * dw));
+        CHECK(torch::allclose(grad("a.bias"), 6 * db));
         if (b_weight > 0) {  // used on some ranks: the sum, with zeros from the others
-          REQUIRE(g.at("b.weight").defined());
-          CHECK(torch::allclose(g.at("b.weight"), b_weight * dw));
-          CHECK(torch::allclose(g.at("b.bias"), b_weight * db));
+          REQUIRE(grad("b.weight").defined());
+          CHECK(torch::allclose(grad("b.weight"), b_weight * dw));
+          CHECK(torch::allclose(grad("b.bias"), b_weight * db));
         } else {  // used on no rank: no gradient, as under DDP, so that the optimizer skips it
-          CHECK_FALSE(g.at("b.weight").defined());
-          CHECK_FALSE(g.at("b.bias").defined());
+          CHECK_FALSE(grad("b.weight").defined());
+          CHECK_FALSE(grad("b.bias").defined());
         }
-        CHECK_FALSE(g.at("never.weight").defined());
-        CHECK_FALSE(g.at("never.bias").defined());
+        CHECK_FALSE(grad("never.weight").defined());
+        CHECK_FALSE(grad("never.bias").defined());
       }
     }
   }
@@ -156,6 +176,25 @@ TEST_CASE("CUDA: NCCL at world size 1: an allreduce and the reducer's buckets le
   }
 }
 
+// One rank of the second half of the test below (hidden: run by it, in a process of its own): a model on the GPU
+// (or on the CPU for rank 0 when HETSEQ_TEST_BOTH_ON_GPU is 0), one update under --shared-memory-reduce auto;
+// writes whether its gradients went through shared memory.
+constexpr const char* kAutoRank = "CUDA: shared-memory-reduce auto rank";
+TEST_CASE(kAutoRank, "[.][cuda_shm_auto_rank]") {
+  const auto me = hetseq::test::rank_process();
+  const bool on_gpu = std::string(std::getenv("HETSEQ_TEST_BOTH_ON_GPU")) == "1" || me.rank == 1;
+  torch::manual_seed(5);
+  torch::nn::Linear model(4, 3);
+  if (on_gpu) model->to(torch::Device(torch::kCUDA, 0));
+  DistributedReducer reducer(*model, me.group, DdpOptions{});  // auto
+  torch::Tensor loss = model->forward(torch::ones({2, 4}, model->weight.options())).sum();
+  reducer.before_backward(0, 1, loss);
+  loss.backward();
+  reducer.finish_update();
+  std::ofstream(me.dir + "/rank" + std::to_string(me.rank))
+      << "in shared memory: " << (reducer.gradients_in_shared_memory() ? 1 : 0) << "\n";
+}
+
 TEST_CASE("CUDA: --shared-memory-reduce on with CUDA parameters is a usage error on every rank, a CPU rank beside "
           "them included, and auto leaves the buckets on the group",
           "[cuda][ddp][shm]") {
@@ -191,15 +230,17 @@ TEST_CASE("CUDA: --shared-memory-reduce on with CUDA parameters is a usage error
                               Catch::Contains("has its parameters off the CPU"));
     }
   }
-  std::vector<int> in_segment(2, -1);
-  run_ranks(2, [&](int rank, const Group& group) {
-    torch::nn::Linear model = model_of(rank);
-    DistributedReducer reducer(*model, group, DdpOptions{});  // auto
-    torch::Tensor loss = model->forward(torch::ones({2, 4}, model->weight.options())).sum();
-    reducer.before_backward(0, 1, loss);
-    loss.backward();
-    reducer.finish_update();
-    in_segment[static_cast<size_t>(rank)] = reducer.gradients_in_shared_memory() ? 1 : 0;
-  });
-  CHECK(in_segment == std::vector<int>{0, 0});
+  // auto, with a backward pass: a process per rank (Note [CUDA backward needs a process per rank]).
+  hetseq::test::TempDir dir;
+  const auto ranks = hetseq::test::run_rank_processes(kAutoRank, 2, dir.path(), std::chrono::seconds(120),
+                                                      {{"HETSEQ_TEST_BOTH_ON_GPU", both_on_gpu ? "1" : "0"}});
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " stdout:\n" << ranks[r].out << "\nstderr:\n" << ranks[r].err);
+    REQUIRE_FALSE(ranks[r].timed_out);
+    REQUIRE(ranks[r].exit_code == 0);
+    std::ifstream in(dir / ("rank" + std::to_string(r)));
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    CHECK(line == "in shared memory: 0");  // auto leaves CUDA buckets on the group
+  }
 }
