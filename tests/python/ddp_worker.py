@@ -2,6 +2,7 @@
     ddp_worker.py SCENARIO OUT_DIR
 It trains a small model with hetseq.DistributedDataParallel and writes its weights to OUT_DIR/rank<R>.pt, with
 those of one process that trained on every rank's samples together (the oracle) on rank 0."""
+import gc
 import os
 import sys
 
@@ -73,4 +74,9 @@ if rank == 0:  # the oracle: one process, every update's samples of all ranks to
         (loss_sum(oracle(xs[idx]), ys[idx]) / len(idx)).backward()
         opt.step()
     torch.save({"params": [p.detach().clone() for p in oracle.parameters()]}, os.path.join(out, "oracle.pt"))
+# PyTorch's DDP (stock_ddp) holds the process group in its C++ reducer: dropped first, so that destroying the group
+# joins Gloo's worker threads now, not in the interpreter's finalization, where one releasing a Python tensor
+# aborts the process (Note [Process groups at exit], python/src/bindings.h: seen once in CI on this scenario).
+del ddp
+gc.collect()
 dist.destroy_process_group()
