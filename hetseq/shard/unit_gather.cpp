@@ -43,6 +43,14 @@ namespace hetseq {
 // its gathers, and the gradient buckets' order, are those of the ranks that compute; its generator states and
 // buffers are restored after, so its dropout draws and statistics stay those of --zero-sharding none.
 //
+// A branch. A parameter that gets no gradient in a pass on some ranks (a branch that the data decides) leaves its
+// unit gathered after that rank's backward: its accumulator, the last frees the unit, never runs. Left so, the
+// next pass would find the unit gathered and skip a gather that the other ranks launch, and the gathers would
+// no longer match (Gloo: "Received data size doesn't match expected size"). So a pass's first unit frees every
+// unit still held before it gathers (release_all), and so does the update's end; the gradient that did not come
+// counts as zeros in its bucket (ShardReducer::finish_update), as under os+grad. Exact, at the cost of holding
+// such a unit until the next pass (tests/distributed/test_zero_sharding.cpp, the branch_units task).
+//
 // Exact. The gathered values are the owners' shards, unchanged; the forward and backward passes compute what they
 // compute under none, on the same values; the gradients are summed as under os+grad, and the step is elementwise.
 // So on one machine the weights after k updates are none's bit for bit (tests/distributed/test_zero_sharding.cpp).
@@ -251,6 +259,9 @@ torch::Tensor UnitGather::run(size_t unit, const std::function<torch::Tensor()>&
                                     unit, next_forward_ == 0 ? std::string("first") : fmt::format("after unit {}", next_forward_ - 1),
                                     num_units()));
   }
+  // A pass's first unit: units that the last backward left gathered (a parameter without a gradient) are freed
+  // first, so that this pass gathers what every other rank gathers (Note [Sharded parameters], "A branch").
+  if (unit == 0) release_all();
   next_forward_ = unit + 1 == num_units() ? 0 : unit + 1;
   acquire(unit);
   prefetch(static_cast<int64_t>(unit) + 1);

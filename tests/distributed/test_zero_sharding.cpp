@@ -493,3 +493,55 @@ TEST_CASE("Sharding full: stand-in passes leave a unit's BatchNorm statistics an
   REQUIRE(full_valid.size() == none_valid.size());
   CHECK(full_valid.back()["loss"].get<double>() == none_valid.back()["loss"].get<double>());
 }
+
+TEST_CASE("Sharding os+grad and full: a parameter that gets a gradient on some ranks only (a branch the data "
+          "decides) trains as none with --find-unused-parameters, bit for bit",
+          "[distributed][multiprocess][zero_shard][test-plugin]") {
+  // The branch_units task adds its `extra` layer only for a batch whose first point has a positive first
+  // coordinate: in an update some ranks give branch.extra a gradient and others none. Batches 4/6/10,
+  // update-freqs 2/1/1 (rank 0 runs two passes an update: the unit a branch left gathered must not skip the
+  // next pass's gather, Note [Sharded parameters], "A branch"), plain SGD, whose step moves exactly by the gradient.
+  const std::string plugin = binary_dir() + "/test-plugins/libbranch_units_task.so";
+  auto run = [&](const std::string& dir, const std::string& sharding, const std::vector<std::string>& more) {
+    const std::vector<std::string> batches{"4", "6", "10"}, freqs{"2", "1", "1"}, budgets{"1", "1", "2"};
+    std::vector<std::vector<std::string>> commands;
+    for (size_t r = 0; r < 3; ++r) {
+      auto args = std::vector<std::string>{
+          binary_path("hetseq-train"), "--user-dir", plugin, "--task", "branch_units", "--cpu", "--intra-op-threads",
+          "1", "--num-workers", "0", "--max-update", "8", "--valid-subset", "test", "--log-format", "json",
+          "--no-progress-bar", "--seed", "5", "--max-sentences", batches[r], "--update-freq", freqs[r],
+          "--zero-sharding", sharding, "--save-dir", dir + "/ck", "--distributed-world-size", "3",
+          "--distributed-timeout", "30", "--distributed-rank", std::to_string(r),
+          "--distributed-init-method", "file://" + dir + "/rendezvous"};
+      if (sharding != "none") args = with(args, {"--memory-budget", budgets[r]});
+      commands.push_back(with(args, more));
+    }
+    return run_processes(commands, 300s);
+  };
+  // The task does take the branch on some ranks only: none without the flag stops, naming the parameters.
+  TempDir plain_dir;
+  const auto plain = run(plain_dir.path(), "none", {});
+  bool named = false;
+  for (const auto& r : plain) named = named || r.err.find("parameters without any gradient: [branch.extra.weight, "
+                                                          "branch.extra.bias]") != std::string::npos;
+  CHECK(named);
+  TempDir none_dir;
+  const auto none = run(none_dir.path(), "none", {"--find-unused-parameters"});
+  require_all(none, "none with --find-unused-parameters");
+  const auto expected = hetseq::load_checkpoint(none_dir / "ck/checkpoint_last.pt").model;
+  for (const std::string sharding : {"os+grad", "full"}) {
+    CAPTURE(sharding);
+    TempDir dir;
+    const auto ranks = run(dir.path(), sharding, {});
+    require_all(ranks, sharding);
+    const auto got = hetseq::load_checkpoint(dir / "ck/checkpoint_last.pt").model;
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO(expected[i].first);
+      CHECK(got[i].first == expected[i].first);
+      CHECK(torch::equal(got[i].second, expected[i].second));
+    }
+    CHECK(json_lines(ranks[0].out, "valid").back()["loss"].get<double>() ==
+          json_lines(none[0].out, "valid").back()["loss"].get<double>());
+  }
+}
