@@ -14,6 +14,8 @@
 #include "hetseq/train/precision.h"
 #include "hetseq/checkpoint/atomic_file.h"
 #include "hetseq/checkpoint/checkpoint_file.h"
+#include "hetseq/checkpoint/checkpoint_format.h"
+#include "hetseq/checkpoint/training_state.h"
 #include "hetseq/checkpoint/shard_files.h"
 #include "hetseq/checkpoint/resume_check.h"
 #include "hetseq/core/stop_request.h"
@@ -152,6 +154,12 @@ void TrainSession::build_model(const TaskFactory& make_task) {
     throw InputError(fmt::format("--restore-file {}: no such file ({}); pass an existing checkpoint, or leave the flag "
                                  "out to start afresh when checkpoint_last.pt is missing",
                                  ck.restore_file, restore_path_));
+  }
+  // Under full the model is whole on this rank only until it is sharded: its digest now, for the start's check.
+  if (shards_parameters(o_.distributed.zero_sharding) && world_.distributed()) {
+    Checkpoint whole;
+    whole.model = model_tensors(*model_);
+    whole_model_crc_ = detail::training_state_checksum(whole);
   }
 }
 
@@ -360,9 +368,10 @@ void TrainSession::resume(const std::map<std::string, std::string>& compared) {
     }
   }
   if (!world_.distributed()) return;
-  controller_->sharding().collect_model(/*keep=*/true);  // under full, the whole model for the state's digest
+  controller_->sharding().collect_model_digests();  // under full, each parameter's CRC, not a whole copy
   check_ranks_agree(*world_.store(), world_.rank(), world_.world_size(), "resume",
-                    state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))),
+                    state_digest(checkpointer_->snapshot(*controller_, start_, schedule_->train_plan(start_.epoch))) +
+                        (whole_model_crc_ ? fmt::format(", model as restored {:08x}", *whole_model_crc_) : ""),
                     "the training state at start (model, optimizer, schedule, position)",
                     "every rank must resume from the same checkpoint: put --save-dir on a filesystem all nodes "
                     "share, or give every node the same --restore-file",

@@ -79,6 +79,9 @@ class TrainSession {
   std::shared_ptr<torch::nn::Module> model_;
   int64_t num_params_ = 0;
   std::string digest_;
+  /// Under --zero-sharding full: the CRC of the whole model as this rank built or restored it, taken before the
+  /// model is sharded (Note [Sharded parameters], "The resume check"); compared across the ranks at start.
+  std::optional<int64_t> whole_model_crc_;
   std::shared_ptr<Dataset> train_data_;
   std::map<std::string, std::shared_ptr<Dataset>> valid_data_;  // [split]
   std::optional<Checkpoint> resumed_;

@@ -38,6 +38,8 @@ int64_t ParameterSharding::passes(int64_t mine) {
 
 void ParameterSharding::collect_model(bool keep) { collected_ = units_->whole_parameters(keep); }
 
+void ParameterSharding::collect_model_digests() { collected_ = units_->parameter_digests(); }
+
 std::vector<std::pair<std::string, torch::Tensor>> ParameterSharding::model_tensors(const torch::nn::Module& model) {
   const auto named = model.named_parameters(/*recurse=*/true);
   HETSEQ_ASSERT(collected_.size() == named.size(),

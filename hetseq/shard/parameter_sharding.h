@@ -26,6 +26,7 @@ class ParameterSharding final : public GradientSharding {
   bool needs_stand_ins() const override { return true; }
   int64_t passes(int64_t mine) override;
   void collect_model(bool keep) override;
+  void collect_model_digests() override;
   std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model) override;
 
  private:

@@ -67,6 +67,10 @@ class ShardingStrategy {
   /// Before a save or the resume check, on every rank: a collective under `full` that gathers the whole
   /// model unit by unit, kept (on the CPU) where `keep`; nothing where every rank holds the whole model.
   virtual void collect_model(bool keep) { (void)keep; }
+  /// Before the resume check, on every rank: as collect_model(true), but under `full` keeps each parameter's
+  /// CRC-32 (an int64 tensor of one element) instead of its values, so that no rank holds the whole model
+  /// (Note [Sharded parameters], "The resume check"); model_tensors then gives those.
+  virtual void collect_model_digests() { collect_model(true); }
   /// The model's tensors for a checkpoint, by name (parameters, then buffers; CPU copies): the model's own,
   /// or under `full` what collect_model(true) gathered.
   virtual std::vector<std::pair<std::string, torch::Tensor>> model_tensors(const torch::nn::Module& model);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <zlib.h>
+
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/world/lost_peer.h"
@@ -50,6 +52,15 @@ namespace hetseq {
 // unit still held before it gathers (release_all), and so does the update's end; the gradient that did not come
 // counts as zeros in its bucket (ShardReducer::finish_update), as under os+grad. Exact, at the cost of holding
 // such a unit until the next pass (tests/distributed/test_zero_sharding.cpp, the branch_units task).
+//
+// The resume check. At start, the ranks compare a digest of their training state (the same checkpoint
+// everywhere). Under full the live parameters cannot show a difference: a rank restores only its shard, so ranks
+// given different checkpoints gather one mixed model, the same on every rank. So each rank takes the CRC of the
+// whole model as it restored (or built) it, before it is sharded (TrainSession), and the check compares that
+// too (the test: ranks resumed from two runs at the same update). The live state's digest needs the model's
+// values as well: each rank gathers the units one at a time, as a pass does, and keeps each parameter's CRC-32
+// (parameter_digests), never a whole copy, so that the check holds no more than a pass and the memory check has
+// nothing more to count. Only a save gathers the whole model, kept on rank 0 (MemoryNeed::checkpoint_copy).
 //
 // Exact. The gathered values are the owners' shards, unchanged; the forward and backward passes compute what they
 // compute under none, on the same values; the gradients are summed as under os+grad, and the step is elementwise.
@@ -303,6 +314,21 @@ void UnitGather::gather_root() {
   if (units_[root].numel == 0) return;
   launch(root);
   wait(root);
+}
+
+std::vector<torch::Tensor> UnitGather::parameter_digests() {
+  std::vector<torch::Tensor> out(params_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const bool root = u + 1 == units_.size();
+    if (!root) acquire(u);
+    for (size_t p : units_[u].params) {
+      const torch::Tensor bytes = params_[p].detach().to(torch::kCPU).contiguous();
+      const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), static_cast<const Bytef*>(bytes.data_ptr()), bytes.nbytes());
+      out[p] = torch::tensor(static_cast<int64_t>(crc), torch::kInt64).reshape({1});
+    }
+    if (!root) release(u);
+  }
+  return out;
 }
 
 std::vector<torch::Tensor> UnitGather::whole_parameters(bool keep) {

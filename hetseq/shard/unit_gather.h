@@ -59,6 +59,10 @@ class UnitGather final : public UnitRunner {
   /// Every parameter's value, whole, in the model's order ([param], on the CPU, fresh copies), gathered
   /// unit by unit: a collective; `keep` false on the ranks that only take part (they get an empty vector).
   std::vector<torch::Tensor> whole_parameters(bool keep);
+  /// [param] the CRC-32 of each parameter's bytes (int64, one element, on the CPU), gathered unit by unit as
+  /// whole_parameters does but holding one unit at a time: a collective; the same on every rank that holds the
+  /// same model.
+  std::vector<torch::Tensor> parameter_digests();
 
   size_t num_units() const { return units_.size() - 1; }
   /// Bytes of parameters this rank holds now, read from the storages: between passes its shard and the root's

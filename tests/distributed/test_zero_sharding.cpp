@@ -248,6 +248,41 @@ TEST_CASE("Sharding full with update-freqs 2/1/1, validation and an epoch's unev
   }
 }
 
+TEST_CASE("Sharding full: ranks resumed from different checkpoints of the same update stop at start, the check "
+          "comparing digests of the parameters gathered unit by unit",
+          "[distributed][multiprocess][zero_shard]") {
+  // Two full runs that differ only in their initial weights (--seed) reach update 2; then ranks 0 and 1 resume
+  // from the first run's checkpoint and rank 2 from the second's: the same position, other parameters. Under full
+  // no rank holds the whole model, so the check compares each parameter's CRC (Note [Sharded parameters], "The
+  // resume check"); every rank stops with the line naming the state.
+  auto commands = [](const std::string& dir, const std::vector<std::string>& seeds,
+                     const std::vector<std::string>& restore, const std::string& max_update) {
+    const std::vector<std::string> batches{"16", "24", "40"}, budgets{"1", "1", "2"};
+    std::vector<std::vector<std::string>> out;
+    for (size_t r = 0; r < 3; ++r) {
+      auto args = with(mnist_train_args(fashion_mnist_prefix(500, 100), dir + "/ck", std::stoi(seeds[r])),
+                       {"--dropout", "0,0", "--disable-validation", "--max-update", max_update, "--max-sentences",
+                        batches[r], "--zero-sharding", "full", "--memory-budget", budgets[r],
+                        "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                        "--distributed-init-method", "file://" + dir + "/rendezvous"});
+      if (!restore.empty()) args = with(args, {"--restore-file", restore[r]});
+      out.push_back(args);
+    }
+    return out;
+  };
+  TempDir a, b, mixed;
+  require_all(run_processes(commands(a.path(), {"11", "11", "11"}, {}, "2"), 300s), "full, seed 11");
+  require_all(run_processes(commands(b.path(), {"12", "12", "12"}, {}, "2"), 300s), "full, seed 12");
+  const std::string mine = a / "ck/checkpoint_last.pt", other = b / "ck/checkpoint_last.pt";
+  const auto ranks = run_processes(commands(mixed.path(), {"11", "11", "11"}, {mine, mine, other}, "4"), 300s);
+  for (size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ":\n" << ranks[r].err);
+    CHECK_FALSE(ranks[r].timed_out);
+    CHECK(ranks[r].exit_code != 0);
+    CHECK_THAT(ranks[r].err, Catch::Contains("the ranks disagree on the training state at start"));
+  }
+}
+
 TEST_CASE("Sharding flags: bad values of --zero-sharding and --memory-budget, and a mismatch between ranks, are one "
           "line naming the flag",
           "[distributed][multiprocess][zero_shard]") {
