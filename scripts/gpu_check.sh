@@ -5,8 +5,8 @@
 #   scripts/gpu_check.sh --pack [--build DIR] [--pack-dir DIR]
 #       Makes DIR (default BUILD/gpu-pack, BUILD default build/; at most 60 MiB) from a finished build:
 #         binaries.tar.gz  (unpacked by --run and --rehearse into bin/ and lib/)
-#           bin/    hetseq-train, -eval, -trace, -tests, stripped, RUNPATH $ORIGIN/../lib (torch comes from the
-#                   machine's own torch install, through LD_LIBRARY_PATH)
+#           bin/    hetseq-train, -eval, -trace, -tests, -train-hooked, stripped, RUNPATH $ORIGIN/../lib (torch
+#                   comes from the machine's own torch install, through LD_LIBRARY_PATH)
 #           lib/    every shared library those need that is neither torch's (torch/lib, nvidia/*) nor the C/C++
 #                   runtime: HDF5 (with the curl and TLS libraries Debian's HDF5 links), protobuf, zlib, spdlog, {fmt}
 #         src/      the source tree (tracked and untracked files, not ignored ones, no images)
@@ -83,8 +83,9 @@ libdl.so.2 librt.so.1 libresolv.so.2 libutil.so.1"
 # step is seen passing and skipping from the packed binary (the main suite runs them all, in one process where no
 # device is). The checkpoint and reducer ones, 7 of about 20: each is a process of its own, a start of LibTorch.
 REHEARSE_TESTS="[cuda][checkpoint],[cuda][ddp]"
-# The programs packed (and built by the source route): the trainer, its tools, the tests, the BERT data benchmark.
-PACKED_BINARIES="hetseq-train hetseq-eval hetseq-trace hetseq-tests bert-data"
+# The programs packed (and built by the source route): the trainer, its tools, the tests and their hooked trainer
+# (tests/support/hooked_train.h), the BERT data benchmark.
+PACKED_BINARIES="hetseq-train hetseq-eval hetseq-trace hetseq-tests hetseq-train-hooked bert-data"
 
 log() { echo "[gpu_check] $*" >&2; }
 die() { echo "[gpu_check] error: $*" >&2; exit 1; }

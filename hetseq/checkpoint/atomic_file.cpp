@@ -6,13 +6,13 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/test_hooks.h"
 
 namespace hetseq {
 namespace fs = std::filesystem;
@@ -130,7 +130,7 @@ void copy_file_atomically(const fs::path& from, const fs::path& to, const std::s
   try {
     write_file_atomically(to, [&](FileSink& sink) {
       sink.append_file(in);
-      pause_save_if_asked(to);  // a test hook; see Note [Save pause]
+      detail::run_checkpoint_file_written_hook(to);  // a test's hold: Note [Test hooks]
     }, flag);
   } catch (...) {
     ::close(in);
@@ -184,46 +184,5 @@ void ensure_writable_dir(const fs::path& dir, const std::string& flag) {
   std::fclose(f);
   fs::remove(probe, ec);
 }
-
-// Note [Save pause]
-// Tests of what happens while a save is in progress (a kill that must leave the previous checkpoint
-// loadable, a save slower than the collective timeout) need the save to be in progress when they act,
-// whatever the disk's speed or the machine's load; a random delay hits it only by luck. With
-// HETSEQ_TEST_SAVE_PAUSE=FIFO:N in the environment, the process's N-th checkpoint file write stops once
-// the temporary file holds all its bytes, before it is synced and renamed over the target, says so on
-// stderr ("[save-pause] ..."), and waits until someone opens FIFO (a named pipe) for writing and closes
-// it. Every file of a save counts: save_checkpoint writes the first name (checkpoint_E_N.pt or
-// checkpointE.pt) and copies it to the others (checkpoint_best.pt, checkpoint_last.pt), so a save of two
-// files is writes 2k-1 and 2k, and a test can hold the very write of checkpoint_last.pt. Every later
-// write goes through. Without the variable this costs one getenv per write. The variable is read and the
-// writes are counted per process (a process forked from one that saved, as the tests' forked programs are,
-// counts from zero with its own environment).
-void pause_save_if_asked(const fs::path& path) {
-  const char* spec = std::getenv("HETSEQ_TEST_SAVE_PAUSE");
-  static pid_t counting = 0;  // the process whose writes `writes` counts
-  static int writes = 0;
-  if (counting != ::getpid()) {
-    counting = ::getpid();
-    writes = 0;
-  }
-  if (spec == nullptr || *spec == '\0') return;
-  const std::string text = spec;
-  const size_t colon = text.rfind(':');
-  const std::string fifo = colon == std::string::npos ? text : text.substr(0, colon);
-  const int nth = colon == std::string::npos ? 1 : std::atoi(text.c_str() + colon + 1);
-  if (++writes != nth) return;
-  std::fprintf(stderr, "[save-pause] pid %d: checkpoint write %d (%s) paused with its bytes written, not yet "
-               "renamed; open %s "
-               "to go on\n",
-               static_cast<int>(::getpid()), writes, path.c_str(), fifo.c_str());
-  std::fflush(stderr);
-  const int fd = ::open(fifo.c_str(), O_RDONLY);  // blocks until a writer opens it
-  if (fd < 0) return;
-  char byte = 0;
-  while (::read(fd, &byte, 1) > 0) {
-  }
-  ::close(fd);
-}
-
 
 }  // namespace hetseq

@@ -64,8 +64,4 @@ std::vector<char> read_file(const std::filesystem::path& path);
 /// naming `flag` and the path otherwise. Called before any training work starts.
 void ensure_writable_dir(const std::filesystem::path& dir, const std::string& flag);
 
-/// A test hook: holds the save of `path` at a known point when HETSEQ_TEST_SAVE_PAUSE asks for it (see
-/// Note [Save pause]); does nothing otherwise.
-void pause_save_if_asked(const std::filesystem::path& path);
-
 }  // namespace hetseq

@@ -5,6 +5,7 @@
 #include "hetseq/checkpoint/training_state.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/test_hooks.h"
 
 namespace hetseq {
 namespace fs = std::filesystem;
@@ -13,7 +14,7 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::vector<fs::path>& 
   if (paths.empty()) return;
   write_file_atomically(paths.front(), [&](FileSink& sink) {
     encode_checkpoint(checkpoint, [&](const void* data, size_t n) { return sink.write(data, n); });
-    pause_save_if_asked(paths.front());  // a test hook; see Note [Save pause]
+    detail::run_checkpoint_file_written_hook(paths.front());  // a test's hold: Note [Test hooks]
   });
   for (size_t i = 1; i < paths.size(); ++i) copy_file_atomically(paths.front(), paths[i]);
 }

@@ -2,9 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <thread>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -14,6 +11,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/core/test_hooks.h"
 #include "hetseq/shard/no_sharding.h"
 #include "hetseq/train/controller_detail.h"
 
@@ -40,18 +38,6 @@ void add_step(LogSums& into, LogTensors& into_tensors, const StepOutput& step) {
   }
   into["sample_size"] += step.sample_size;
   add_log_tensors(into_tensors, logged_tensors(step));
-}
-
-// HETSEQ_TEST_MICRO_BATCH_DELAY=FILE: each micro-batch first sleeps the milliseconds that FILE holds when it is
-// read (none while it is missing or empty), so that a test makes one rank slow by a fixed cost per micro-batch
-// and can change it while the run goes on (tests/balance/test_sit_out.cpp). Off without the variable. Read at
-// every call, not cached: a process forked from one that ran updates (the tests' forked programs) has its own.
-void test_micro_batch_delay() {
-  const char* path = std::getenv("HETSEQ_TEST_MICRO_BATCH_DELAY");
-  if (!path) return;
-  std::ifstream file(path);
-  double ms = 0;
-  if (file >> ms && ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 // Dropout and other randomness of an update depend only on (seed, update, rank), so that a resumed
@@ -151,7 +137,7 @@ double Controller::probe(const Batch& batch) {
   HETSEQ_ASSERT(!batch.empty(), "a probe of an empty batch");
   const auto start = std::chrono::steady_clock::now();
   model_->train();
-  detail::test_micro_batch_delay();
+  detail::run_before_micro_batch_hook();  // a test's slow rank: Note [Test hooks]
   // Plain backward: the reducer is not armed, so nothing leaves this process (Note [Bucketed reduction]).
   const Task::Backward backward = [&](const StepOutput& step) {
     const AutocastGuard no_autocast(options_.device, Precision::kFloat32);
@@ -306,7 +292,7 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
     }
     // The forward pass under autocast (--fp16, --bf16); the backward pass outside it, on the loss times
     // the loss scale, in float32. See Note [Loss scaling].
-    detail::test_micro_batch_delay();
+    detail::run_before_micro_batch_hook();  // a test's slow rank: Note [Test hooks]
     const AutocastGuard autocast(options_.device, options_.precision);
     StepOutput out = task_.train_step(*model_, micro_batches[k].to(options_.device), backward);
     forward.reset();

@@ -15,8 +15,6 @@ void add_into(LogSums& into, const LogSums& from);
 InputError diverged(int64_t update, double gnorm);
 /// A step's statistics into an update's sums: the host ones (sample_size from its field) and the device ones.
 void add_step(LogSums& into, LogTensors& into_tensors, const StepOutput& step);
-/// HETSEQ_TEST_MICRO_BATCH_DELAY=FILE: sleeps the milliseconds that FILE holds (a test's slow rank).
-void test_micro_batch_delay();
 /// The seed of an update's randomness, from (seed, update, rank).
 uint64_t update_seed(uint64_t seed, int64_t num_updates, int64_t rank);
 

@@ -18,6 +18,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
+#include "support/hooked_train.h"
+#include "support/micro_batch_delay.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/process_checks.h"
@@ -151,7 +153,9 @@ TEST_CASE("Auto-balance: a balanced run stopped and resumed is bit-identical to 
     delay << 40;
   }
   auto slow_rank_0 = [&](std::vector<std::vector<std::string>> commands) {
-    commands[0].insert(commands[0].begin(), {"/usr/bin/env", "HETSEQ_TEST_MICRO_BATCH_DELAY=" + (dir / "delay_ms")});
+    commands[0] = hooked(commands[0]);  // hetseq-train-hooked, whose micro-batch delay the variable sets
+    commands[0].insert(commands[0].begin(),
+                       {"/usr/bin/env", std::string(kMicroBatchDelayEnv) + "=" + (dir / "delay_ms")});
     return commands;
   };
   // Re-plans at updates 4, 8 and 12; a checkpoint at update 10 holds the split of update 8, and the run

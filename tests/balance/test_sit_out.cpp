@@ -1,8 +1,9 @@
 // Ranks that sit out (Note [Sitting out], Note [Sharing an update]) with real hetseq-train processes (level
-// 2): three ranks, rank 2 made slow by a fixed cost per micro-batch (HETSEQ_TEST_MICRO_BATCH_DELAY, a file
-// the test can rewrite while the run goes on). The balancer must give rank 2 no samples, say so in its line,
-// keep training the same model as one process on the same samples, use every sample once per epoch, keep
-// the zero share across a resume, and take rank 2 back once it is fast again.
+// 2): three ranks of hetseq-train-hooked, rank 2 made slow by a fixed cost per micro-batch (the micro-batch
+// delay test hook, support/micro_batch_delay.h, which reads a file that the test can rewrite while the run goes
+// on). The balancer must give rank 2 no samples, say so in its line, keep training the same model as one
+// process on the same samples, use every sample once per epoch, keep the zero share across a resume, and take
+// rank 2 back once it is fast again.
 #include <signal.h>
 
 #include <cmath>
@@ -18,6 +19,8 @@
 #include <torch/torch.h>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
+#include "support/hooked_train.h"
+#include "support/micro_batch_delay.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -33,21 +36,22 @@ std::vector<std::string> sit_out_args(const std::string& data, const std::string
   return with(balance_train_args(data, save_dir), {"--balance-interval", "4", "--balance-threshold", "0"});
 }
 
-// Three ranks over a file rendezvous, 8/8/2 samples per update, --auto-balance.
+// Three ranks of hetseq-train-hooked (whose delays the tests set) over a file rendezvous, 8/8/2 samples per
+// update, --auto-balance.
 std::vector<std::vector<std::string>> sit_out_ranks(const std::vector<std::string>& args, const std::string& rendezvous) {
   std::vector<std::vector<std::string>> commands;
   const std::vector<std::string> batches{"8", "8", "2"};
   for (int r = 0; r < 3; ++r) {
-    commands.push_back(with(args, {"--max-sentences", batches[static_cast<size_t>(r)], "--distributed-world-size", "3",
-                                   "--distributed-rank", std::to_string(r), "--distributed-init-method",
-                                   "file://" + rendezvous, "--auto-balance"}));
+    commands.push_back(with(hooked(args), {"--max-sentences", batches[static_cast<size_t>(r)],
+                                           "--distributed-world-size", "3", "--distributed-rank", std::to_string(r),
+                                           "--distributed-init-method", "file://" + rendezvous, "--auto-balance"}));
   }
   return commands;
 }
 
 // Rank 2 sleeps the milliseconds in `delay_file` before each micro-batch.
 std::vector<std::map<std::string, std::string>> slow_rank2(const std::string& delay_file) {
-  return {{}, {}, {{"HETSEQ_TEST_MICRO_BATCH_DELAY", delay_file}}};
+  return {{}, {}, {{kMicroBatchDelayEnv, delay_file}}};
 }
 
 void write_delay(const std::string& path, int ms) { std::ofstream(path) << ms << "\n"; }
@@ -56,9 +60,8 @@ void write_delay(const std::string& path, int ms) { std::ofstream(path) << ms <<
 // micro-batch, rank 2 those in `slow`; the test signals and waits for them itself.
 std::vector<std::unique_ptr<Process>> start_ranks(const std::vector<std::vector<std::string>>& commands,
                                                   const std::string& fast, const std::string& slow) {
-  const std::vector<std::map<std::string, std::string>> envs{{{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
-                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", fast}},
-                                                             {{"HETSEQ_TEST_MICRO_BATCH_DELAY", slow}}};
+  const std::vector<std::map<std::string, std::string>> envs{
+      {{kMicroBatchDelayEnv, fast}}, {{kMicroBatchDelayEnv, fast}}, {{kMicroBatchDelayEnv, slow}}};
   std::vector<std::unique_ptr<Process>> ranks;
   for (size_t r = 0; r < 3; ++r) ranks.push_back(std::make_unique<Process>(commands[r], envs[r]));
   return ranks;

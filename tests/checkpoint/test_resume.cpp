@@ -17,6 +17,7 @@
 
 #include "hetseq/checkpoint/checkpoint_file.h"
 #include "hetseq/core/error.h"
+#include "support/hooked_train.h"
 #include "support/mnist_files.h"
 #include "support/run_output.h"
 #include "support/process_checks.h"
@@ -127,7 +128,7 @@ TEST_CASE("a process killed while saving always leaves a loadable checkpoint_las
     CAPTURE(kill);
     const SavePause pause(dir / ("pause-" + std::to_string(kill)));
     const bool last_file = kill % 2 == 1;
-    Process p(args, {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(last_file ? 6 : 5)}});
+    Process p(hooked(args), {{kSavePauseEnv, pause.at(last_file ? 6 : 5)}});
     REQUIRE(p.wait_for_err("[save-pause]", 120s));
     if (last_file) {
       CHECK_THAT(p.err_so_far(), Contains("checkpoint write 6 (" + save_dir + "/checkpoint_last.pt)"));

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "hetseq/checkpoint/checkpoint_file.h"
+#include "support/hooked_train.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -79,7 +80,7 @@ TEST_CASE("a checkpoint save blocked three times longer than --distributed-timeo
   // frozen, and only then is the save let go, into a rename that blocks in the kernel until the thaw:
   // the save is stalled for the whole freeze by construction, whatever the disk's speed or the load.
   const SavePause pause(dir / "pause");
-  Process run(node(dir / "disk/save", "frozen"), {{"HETSEQ_TEST_SAVE_PAUSE", pause.at(3)}});
+  Process run(hooked(node(dir / "disk/save", "frozen")), {{kSavePauseEnv, pause.at(3)}});
   REQUIRE(run.wait_for_err("[save-pause]", 120s));
   CHECK_THAT(run.err_so_far(), Catch::Contains("checkpoint write 3 (" + (dir / "disk/save/checkpoint_1_8.pt)")));
   // The freeze lifts itself after kFrozen seconds even if this test dies in between.

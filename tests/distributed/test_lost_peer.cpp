@@ -26,6 +26,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
 #include "hetseq/world/lost_peer.h"
+#include "support/hooked_train.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -157,8 +158,8 @@ TEST_CASE("SIGKILL of rank 1 of 3 at each save point the pause holds and in an u
     const auto cmds = lost_peer_commands(run.dir->path(), saves ? 100 : 100000, saves, point.gloo);
     for (size_t r = 0; r < cmds.size(); ++r) {
       std::map<std::string, std::string> env;
-      if (static_cast<int>(r) == point.held_rank) env["HETSEQ_TEST_SAVE_PAUSE"] = run.pause->at(point.write);
-      run.ranks.push_back(std::make_unique<Process>(cmds[r], env));
+      if (static_cast<int>(r) == point.held_rank) env[kSavePauseEnv] = run.pause->at(point.write);
+      run.ranks.push_back(std::make_unique<Process>(env.empty() ? cmds[r] : hooked(cmds[r]), env));
     }
     runs.push_back(std::move(run));
   }

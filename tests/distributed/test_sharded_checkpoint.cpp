@@ -19,6 +19,7 @@
 #include "hetseq/shard/optimizer_shards.h"
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "support/hooked_train.h"
 #include "support/mnist_files.h"
 #include "support/process_checks.h"
 #include "support/run_output.h"
@@ -356,8 +357,8 @@ TEST_CASE("SIGKILL during a sharded save leaves the previous checkpoint loadable
     std::vector<std::unique_ptr<Process>> ranks;
     for (size_t r = 0; r < cmds.size(); ++r) {
       std::map<std::string, std::string> env;
-      if (static_cast<int>(r) == point.rank) env["HETSEQ_TEST_SAVE_PAUSE"] = pause.at(point.write);
-      ranks.push_back(std::make_unique<Process>(cmds[r], env));
+      if (static_cast<int>(r) == point.rank) env[kSavePauseEnv] = pause.at(point.write);
+      ranks.push_back(std::make_unique<Process>(env.empty() ? cmds[r] : hooked(cmds[r]), env));
     }
     Process& held = *ranks[static_cast<size_t>(point.rank)];
     REQUIRE(held.wait_for_err("[save-pause]", 120s));

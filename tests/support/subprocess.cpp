@@ -23,6 +23,7 @@
 #include "hetseq/cli/train_command.h"
 #include "hetseq/core/memory.h"
 #include "hetseq/world/launcher.h"
+#include "support/hooked_train.h"
 #include "support/test_paths.h"
 
 extern char** environ;
@@ -50,8 +51,9 @@ std::string slurp(const std::string& path) {
 // Most of the suite's CPU time went into starting LibTorch: about 0.65 s of CPU for each of some 300
 // starts of hetseq-train (operator registration, mapping 2.7 GB of libraries). This test binary links
 // the same library, has paid that cost already, and runs hetseq-train's entry point (cli::train_main,
-// and cli::eval_main for hetseq-eval) as well as the program does: its main() adds keep_freed_memory()
-// alone. So a child that runs this build's hetseq-train or hetseq-eval is a fork of the test process that
+// cli::eval_main for hetseq-eval, hooked_train_main for the tests' hetseq-train-hooked) as well as the program
+// does: its main() adds keep_freed_memory() alone. So a child that runs this build's hetseq-train, hetseq-eval
+// or hetseq-train-hooked is a fork of the test process that
 // calls the entry point, with the same descriptors, process group and environment that posix_spawn would
 // give it, and LibTorch's intra-op threads as a new process has them (the test binary runs on one), as the launcher does for its workers (Note [Forked workers], hetseq/world/launcher.cpp). A
 // fork is taken only where it is safe and alike:
@@ -60,8 +62,8 @@ std::string slurp(const std::string& path) {
 //  - the process is in its first test case (ctest runs one a process): state that the library keeps in
 //    static variables is then still as a new process has it, since the test has at most set it up for
 //    the programs it starts; a later test case of the same process may have used the library in-process.
-//    (The two test hooks of the library that read the environment, the save pause and the micro-batch
-//    delay, read it at every use and count per process, so that a fork sees its own.)
+//    (The test process installs no test hooks (Note [Test hooks], hetseq/core/test_hooks.cpp): a forked
+//    hetseq-train-hooked installs those that the environment it was given asks for, as the program does.)
 //  - the child's environment does not ask for a start anew: HETSEQ_WORKER_START=exec, or kTestStartEnv
 //    (HETSEQ_TEST_START=exec), which the tests that find their processes by /proc/PID/cmdline pass, since
 //    a fork keeps the test binary's command line.
@@ -80,9 +82,11 @@ int64_t visible_cuda_devices() {
 ProgramMain forkable_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   static const std::string train = binary_path("hetseq-train");
   static const std::string eval = binary_path("hetseq-eval");
-  ProgramMain program = argv[0] == train ? ProgramMain{&hetseq::cli::train_main}
-                        : argv[0] == eval ? ProgramMain{&hetseq::cli::eval_main}
-                                          : nullptr;
+  static const std::string hooked_train = binary_path(kHookedTrainProgram);
+  ProgramMain program = argv[0] == train          ? ProgramMain{&hetseq::cli::train_main}
+                        : argv[0] == eval         ? ProgramMain{&hetseq::cli::eval_main}
+                        : argv[0] == hooked_train ? ProgramMain{&hooked_train_main}
+                                                  : nullptr;
   if (program == nullptr) return nullptr;
   for (const char* key : {kTestStartEnv, hetseq::kWorkerStartEnv}) {
     const auto given = env.find(key);
