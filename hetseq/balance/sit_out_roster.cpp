@@ -33,7 +33,9 @@ namespace hetseq {
 // A rank that sits out waits on the store, not in a collective: every `poll` it looks for the next call
 // ("sit-out/meeting/K", K the number of calls so far, which every rank counts alike), and now and then it
 // probes itself (Controller::probe: micro-batches back to back for probe_s, so that a rank held to a share of
-// a CPU shows its sustained speed, not one burst) and posts the balancer's figures. It is called when every
+// a CPU shows its sustained speed, not one burst) and posts the balancer's figures. A probe ends early when a call
+// comes: it looks for one after each micro-batch, so a save or the epoch's end waits for the rank at most one
+// micro-batch of its probe (one or two of its shares), never the probe's whole length. It is called when every
 // rank is needed after an update: a save, the epoch's end, a stop, the update limit, or a split that takes it
 // back. The call names the update, the data's position, the stop and the split; the rank stands there, takes
 // rank 0's training state in one broadcast over the whole group (the same bytes as a checkpoint, Controller::
@@ -339,12 +341,16 @@ void SitOutRoster::probe(Controller& controller) {
   const auto start = std::chrono::steady_clock::now();
   int64_t runs = 0;
   double seconds = 0;
+  const std::string call = fmt::format("{}{}", kMeetingKey, meetings_);
+  bool called = false;
   do {
     controller.probe(batch);
     count_alive();  // a probe's micro-batch may take seconds on a starved rank
     ++runs;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (seconds < options_.probe_s);
+    // Called meanwhile (a save, the epoch's end, a stop): the others wait for no more than this micro-batch.
+    called = world_.store()->check({call});
+  } while (seconds < options_.probe_s && !called);
   balancer_->add_probe(CostSample{size, 1, seconds / static_cast<double>(runs)});
   post_figures();
   const double spacing = std::max(1.0, options_.probe_spacing * seconds);
