@@ -59,7 +59,7 @@ fi
 
 debian_packages=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
-  libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev
+  libcxxopts-dev libspdlog-dev catch2 libhdf5-dev nlohmann-json3-dev libgloo-dev libssl-dev
   dataset-fashion-mnist iproute2 util-linux mount e2fsprogs jargon-text
   libprotobuf-dev protobuf-compiler libboost-dev
   slurm-wlm munge python3 python3-dev

@@ -10,6 +10,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
+#include "hetseq/world/job_secret.h"
 #include "hetseq/world/lost_peer.h"
 #include "hetseq/world/process_group.h"
 #include "hetseq/world/world.h"
@@ -34,6 +35,13 @@ int train(int argc, const char* const argv[]) {
   const cxxopts::ParseResult args = parse_command_line(parser, argc, argv);
   if (args.count("help")) {
     print_help(parser);
+    return 0;
+  }
+  if (args.count("make-secret")) {
+    const std::string path = args["make-secret"].as<std::string>();
+    JobSecret::make(path);
+    std::cout << "hetseq-train: wrote a new job secret to " << path
+              << " (mode 0600): give every node of the job --distributed-secret-file " << path << std::endl;
     return 0;
   }
   const TrainOptions o = read_train_options(args);

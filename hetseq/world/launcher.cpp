@@ -19,6 +19,7 @@
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/core/stop_request.h"
+#include "hetseq/world/store_socket.h"
 
 extern char** environ;
 
@@ -170,6 +171,14 @@ int launch_workers(const LaunchOptions& o) {
     tcp.isServer = true;
     tcp.waitWorkers = false;
     tcp.timeout = o.store_timeout;
+    try {  // Note [The store's address]: on the address named only.
+      tcp.masterListenFd = bind_store_socket(o.store_host, static_cast<uint16_t>(o.store_port),
+                                             fmt::format("--distributed-init-method tcp://{}:{}", o.store_host,
+                                                         o.store_port));
+    } catch (const InputError&) {
+      kill_started();
+      throw;
+    }
     try {
       store = c10::make_intrusive<c10d::TCPStore>(o.store_host, tcp);
     } catch (const c10::Error& e) {

@@ -14,6 +14,8 @@
 #include "hetseq/core/logging.h"
 #include "hetseq/world/init_method.h"
 #include "hetseq/world/rendezvous_keys.h"
+#include "hetseq/world/sealed_store.h"
+#include "hetseq/world/store_socket.h"
 
 namespace hetseq {
 namespace {
@@ -66,8 +68,22 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
       tcp.numWorkers = std::nullopt;
       tcp.waitWorkers = false;
       tcp.timeout = options.timeout;
+      // Note [The store's address]: listening on the address named, not on every interface.
+      if (tcp.isServer) {
+        tcp.masterListenFd = bind_store_socket(method.host, static_cast<uint16_t>(method.port),
+                                               "--distributed-init-method " + options.init_method);
+      }
       auto store = c10::make_intrusive<c10d::TCPStore>(method.host, tcp);
-      if (tcp.isServer) log::info("[rendezvous] store listening on {}:{}", method.host, store->getPort());
+      if (tcp.isServer) {
+        log::info("[rendezvous] store listening on {}:{}{}", method.host, store->getPort(),
+                  options.secret ? ", its values sealed with the job's secret" : "");
+        if (!options.secret && !is_loopback_host(method.host)) {
+          log::warn("[rendezvous] the store on {}:{} takes connections from anyone who reaches that address: they can "
+                    "read its keys, forge a peer's address or join as a rank; give every rank "
+                    "--distributed-secret-file (hetseq-train --make-secret PATH writes one, docs/security.md)",
+                    method.host, store->getPort());
+        }
+      }
       out.address = fmt::format("tcp://{}:{}", method.host, store->getPort());  // port 0 read back
       raw = store;
     }
@@ -75,6 +91,8 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
     throw InputError(fmt::format("rank {}: cannot open the rendezvous store at '{}': {}", out.rank, options.init_method,
                                  e.what_without_backtrace()));
   }
+  // Note [Sealed store]: with the job's secret, every key below (the handshake's, Gloo's, the fence's) is sealed.
+  if (options.secret) raw = c10::make_intrusive<SealedStore>(raw, options.secret->derive("store"), options.secret->path());
   // The round's generation (Note [Rendezvous keys]): the first rank 0 to come sets it, every rank reads it.
   const std::string base = store_prefix(environment);
   try {

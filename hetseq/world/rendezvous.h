@@ -3,10 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "hetseq/world/job_secret.h"
 
 namespace hetseq {
 
@@ -24,6 +27,9 @@ struct RendezvousOptions {
   /// How often a rank waiting for the others says whom it waits for (0: never); Note [Saying whom a
   /// barrier waits for] in rendezvous_keys.cpp.
   std::chrono::milliseconds report_interval{std::chrono::seconds(15)};
+  /// --distributed-secret-file: every value of the store sealed with the job's key (Note [Sealed store]); none:
+  /// c10d's store as it is.
+  std::shared_ptr<const JobSecret> secret;
 };
 
 /// Where this worker stands after the rendezvous.

@@ -96,6 +96,18 @@ World::World(const WorldOptions& o)
     const bool agent_store = agent != environment.end() && (agent->second == "True" || agent->second == "1");
     rendezvous_.store_hosted_elsewhere = environment.count(kStoreHostedEnv) != 0 || agent_store;
     if (method.kind != InitMethod::Kind::kFile) master_host_ = method.host;
+    // Note [A job's secret]: from the flag, or from the environment a launcher passes to every rank.
+    std::string secret_file = o.secret_file;
+    std::string flag = "--distributed-secret-file";
+    const auto env_secret = environment.find(kSecretFileEnv);
+    if (secret_file.empty() && env_secret != environment.end() && !env_secret->second.empty()) {
+      secret_file = env_secret->second;
+      flag = std::string(kSecretFileEnv) + "=";
+    }
+    if (!secret_file.empty()) {
+      secret_ = std::make_shared<const JobSecret>(JobSecret::load(secret_file, flag));
+      rendezvous_.secret = secret_;
+    }
   } else {
     rendezvous_.world_size = 1;
     rendezvous_.rank = 0;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <torch/types.h>
 
 #include "hetseq/world/handshake.h"
+#include "hetseq/world/job_secret.h"
 #include "hetseq/world/rendezvous.h"
 #include "hetseq/world/world_options.h"
 
@@ -91,6 +93,7 @@ class World {
   bool debug_collectives_ = false;
   RendezvousOptions rendezvous_;
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
+  std::shared_ptr<const JobSecret> secret_;  // --distributed-secret-file, when given
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> subgroups_;  // [ranks]

@@ -22,6 +22,10 @@ void declare_world_flags(FlagSet& flags, const WorldOptions& d) {
       .add("checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint; they fail sooner, "
            "after --distributed-timeout, only if a rank that writes stops showing progress (it died or hangs)",
            flag_text(d.checkpoint_timeout)).per_rank()
+      .add_optional("distributed-secret-file", "the job's secret (hetseq-train --make-secret PATH writes one), the "
+                    "same file on every node: seals the rendezvous store and encrypts Gloo between machines "
+                    "(docs/security.md; default: $HETSEQ_SECRET_FILE, or none)", "PATH").per_rank()
+      .add_optional("make-secret", "write a new job secret to PATH, readable by its owner only, and exit", "PATH")
       .add_switch("debug-collectives", "check every collective across the ranks (operation, sizes, dtypes) before it "
                   "runs, so a mismatch is an error naming the rank instead of a hang; slower", d.debug_collectives);
 }
@@ -45,6 +49,7 @@ WorldOptions read_world_options(const FlagValues& values) {
                              : w.timeout;
   w.checkpoint_timeout = std::chrono::seconds(values.positive("checkpoint-timeout"));
   w.debug_collectives = values.flag("debug-collectives");
+  if (values.has("distributed-secret-file")) w.secret_file = values.text("distributed-secret-file");
   return w;
 }
 

@@ -20,6 +20,7 @@ struct WorldOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // --distributed-timeout: per collective
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(5)};  // --rendezvous-timeout: start and end
   std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};    // --checkpoint-timeout (SaveFence)
+  std::string secret_file;              // --distributed-secret-file (empty: HETSEQ_SECRET_FILE, or none)
   bool debug_collectives = false;     // --debug-collectives: every collective checked across ranks
 };
 
