@@ -132,13 +132,17 @@ std::vector<WorkerInfo> World::join(WorkerInfo mine) {
   joined_ = rendezvous(rendezvous_);
   g_joined = true;
   auto infos = exchange_worker_info(*joined_->store, mine, rendezvous_timeout_);
+  group_ = make_process_group(joined_->store, rank_, world_size_, group_options());
+  return infos;
+}
+
+ProcessGroupOptions World::group_options() const {
   ProcessGroupOptions pg;
   pg.backend = backend_;
   pg.timeout = timeout_;
   pg.master_host = master_host_;
   pg.debug_collectives = debug_collectives_;
-  group_ = make_process_group(joined_->store, rank_, world_size_, pg);
-  return infos;
+  return pg;
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> World::subgroup(const std::vector<int64_t>& ranks) {
@@ -160,13 +164,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::role_group(const std::string& role
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> World::group_over(const std::string& prefix, int64_t rank, size_t size) const {
-  ProcessGroupOptions pg;
-  pg.backend = backend_;
-  pg.timeout = timeout_;
-  pg.master_host = master_host_;
-  pg.debug_collectives = debug_collectives_;
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, joined_->store);
-  return make_process_group(store, rank, static_cast<int64_t>(size), pg);
+  return make_process_group(store, rank, static_cast<int64_t>(size), group_options());
 }
 
 void World::leave(int exit_code) {

@@ -14,6 +14,7 @@
 
 #include "hetseq/world/handshake.h"
 #include "hetseq/world/job_secret.h"
+#include "hetseq/world/process_group.h"
 #include "hetseq/world/rendezvous.h"
 #include "hetseq/world/world_options.h"
 
@@ -94,6 +95,7 @@ class World {
   RendezvousOptions rendezvous_;
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
   std::shared_ptr<const JobSecret> secret_;  // --distributed-secret-file, when given
+  ProcessGroupOptions group_options() const;
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> subgroups_;  // [ranks]
