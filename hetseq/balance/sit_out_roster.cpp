@@ -150,6 +150,12 @@ void SitOutRoster::after_update(Controller& controller, const Meeting& here, boo
   auto store = world_.store();
   if (someone_out && (everyone || taken_back)) {
     if (rank_ == 0) {
+      std::vector<int64_t> out;
+      for (int64_t r = 0; r < world_size_; ++r) {
+        if (std::find(before.begin(), before.end(), r) == before.end()) out.push_back(r);
+      }
+      log::info("[balance] after update {}: rank(s) {} called back to the others ({})", here.num_updates,
+                fmt::join(out, ","), taken_back ? "taken back" : "a save, a validation, the epoch's end or a stop");
       const DataPlan plan = schedule_.train_plan(here.epoch);
       std::vector<double> call{static_cast<double>(here.epoch), static_cast<double>(here.num_updates),
                                static_cast<double>(here.index_in_epoch), static_cast<double>(here.next.epoch),

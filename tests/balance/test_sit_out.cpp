@@ -155,6 +155,17 @@ TEST_CASE("Sitting out: a rank whose fixed cost outweighs its samples gets none,
     if (i > first_out) CHECK(split[2] == 0);
   }
   CHECK((first_out == 4 || first_out == 8 || first_out == 12));
+  // Rank 2 is called back only where every rank is needed (Note [Sharing an update]): the end of epoch 1 (update
+  // 12, if it was out by then), the save at update 20 and the last update; never after every update.
+  const std::regex call("\\[balance\\] after update ([0-9]+): rank\\(s\\) 2 called back");
+  std::vector<int64_t> calls;
+  for (auto it = std::sregex_iterator(ranks[0].err.begin(), ranks[0].err.end(), call); it != std::sregex_iterator();
+       ++it) {
+    calls.push_back(std::stoll((*it)[1].str()));
+  }
+  CHECK(calls.size() >= 2);
+  CHECK(calls.size() <= 3);
+  for (int64_t n : calls) CHECK((n == 12 || n == 20 || n == 24));
   check_losses_follow(one, three);
   check_same_model(hetseq::load_checkpoint(dir / "single/checkpoint_last.pt"),
                    hetseq::load_checkpoint(dir / "three/checkpoint_last.pt"));
@@ -302,4 +313,25 @@ TEST_CASE("Sitting out: SIGKILL of the rank that sits out stops the others with 
   CHECK(seconds < 10 + 20);  // the timeout, a second's visit, and the exits
   CHECK_THAT(results[0].err, Catch::Contains("rank 2, which sits out, has not been heard from for 10 s "
                                              "(--distributed-timeout)"));
+}
+
+TEST_CASE("Sitting out: SIGKILL of rank 0 stops the rank that sits out with exit 4 within --distributed-timeout, "
+          "naming rank 0",
+          "[balance][multiprocess][sit-out]") {
+  // The rank that sits out waits on the store, where rank 0 beats about once a second (Note [A stop while sitting
+  // out]). With rank 0 gone the beats stop (a file:// store outlives it): rank 2 fails as a lost peer, with exit
+  // 4 for a supervisor to restart, not as an input error, once --distributed-timeout (10 s) has passed.
+  TempDir dir;
+  auto ranks = start_with_rank2_out(dir, 20000, {"--distributed-timeout", "10"});
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(ranks[0]->pid(), SIGKILL);
+  const ProcessResult sat_out = ranks[2]->wait(90s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ranks[1]->wait(90s);
+  INFO("rank 2 stderr:\n" << sat_out.err);
+  CHECK(!sat_out.timed_out);
+  CHECK(sat_out.exit_code == 4);
+  CHECK(seconds < 10 + 20);
+  CHECK_THAT(sat_out.err, Catch::Contains("rank 2 of 3 (sitting out): rank 0 has not been heard from for 10 s "
+                                          "(--distributed-timeout)"));
 }
