@@ -131,3 +131,122 @@ TEST_CASE("The dispatcher's count sees a host read put into an update", "[bert][
   const Run run = train(hetseq::Precision::kFloat32, /*read_loss=*/true, /*warm=*/1, /*counted=*/3);
   CHECK(run.host_reads == 2 * 3);  // item() of the loss, in each micro-batch of each counted update
 }
+
+namespace {
+
+/// The operators that the dispatcher runs on this thread (and on autograd's for its backward), each as its name
+/// with its inputs' shapes and dtypes, from construction to destruction.
+class OpSequence {
+ public:
+  OpSequence() {
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+              if (fn.scope() != at::RecordScope::FUNCTION && fn.scope() != at::RecordScope::BACKWARD_FUNCTION) {
+                return nullptr;
+              }
+              std::string line = fn.name();
+              for (const c10::IValue& v : fn.inputs()) {
+                if (!v.isTensor()) continue;
+                const at::Tensor& t = v.toTensor();
+                line += " " + (t.defined() ? c10::toString(t.scalar_type()) + c10::str(t.sizes()) : std::string("-"));
+              }
+              current()->push_back(line);
+              return nullptr;
+            })
+            .needsInputs(true));
+    current() = &ops;
+  }
+  ~OpSequence() {
+    at::removeCallback(handle_);
+    current() = nullptr;
+  }
+  std::vector<std::string> ops;
+
+ private:
+  static std::vector<std::string>*& current() {
+    static std::vector<std::string>* ops = nullptr;
+    return ops;
+  }
+  at::CallbackHandle handle_ = 0;
+};
+
+int64_t allocations(const std::vector<std::string>& ops) {
+  int64_t n = 0;
+  for (const auto& op : ops) {
+    if (op.rfind("aten::empty", 0) == 0) ++n;  // empty, empty_strided, empty_like: where ATen allocates a tensor
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("A steady-state update of tiny BERT runs the same operators on the same shapes every time, and allocates "
+          "as many tensors",
+          "[bert][train][sync]") {
+  // The ground a CUDA graph stands on (Note [CUDA-graph updates]): with batches of one shape, every update after the
+  // first ones must launch the same work. Three updates after two warm ones, recorded apart.
+  TempDir dir;
+  hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(64, 16, 4));
+  hetseq::bert::BertTaskOptions o;
+  o.data = dir.path();
+  o.config_file = hetseq::test::source_dir() + "/configs/bert-tiny.json";
+  o.config = hetseq::bert::read_bert_config(o.config_file);
+  o.max_pred_length = 4;
+  torch::manual_seed(1);
+  ReadingBertTask task(o, false);
+  auto model = task.build_model();
+  auto data = task.load_dataset("train");
+  hetseq::optim::AdamOptions adam;
+  adam.lr = 1e-3;
+  auto optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
+  hetseq::optim::FixedOptions fixed;
+  fixed.lrs = {1e-3};
+  auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
+  hetseq::ControllerOptions options;
+  options.clip_norm = 0.5;
+  hetseq::Controller controller(task, model, std::move(optimizer), std::move(scheduler),
+                                std::make_shared<hetseq::LocalReducer>(), options);
+  auto batch_of = [&](int u) {
+    std::vector<int64_t> rows;
+    for (int i = 0; i < 8; ++i) rows.push_back((u * 8 + i) % 64);
+    return std::vector<Batch>{data->collate(rows)};
+  };
+  std::vector<std::vector<Batch>> batches;
+  for (int u = 0; u < 5; ++u) batches.push_back(batch_of(u));
+  std::vector<std::string> first;  // the first update's: the optimizer makes its state there
+  {
+    OpSequence record;
+    controller.train_update(batches[0]);
+    first = record.ops;
+  }
+  controller.train_update(batches[1]);
+  std::vector<std::vector<std::string>> seen;  // [counted update] its operators
+  for (int u = 2; u < 5; ++u) {
+    OpSequence record;
+    controller.train_update(batches[static_cast<size_t>(u)]);
+    seen.push_back(record.ops);
+  }
+  REQUIRE(seen[0].size() > 100);
+  for (size_t u = 1; u < seen.size(); ++u) {
+    CAPTURE(u);
+    CHECK(seen[u].size() == seen[0].size());
+    const size_t n = std::min(seen[u].size(), seen[0].size());
+    size_t first_difference = n;
+    for (size_t i = 0; i < n; ++i) {
+      if (seen[u][i] != seen[0][i]) {
+        first_difference = i;
+        break;
+      }
+    }
+    INFO("first difference at operator " << first_difference << ": "
+                                         << (first_difference < n ? seen[0][first_difference] + " | " +
+                                                                        seen[u][first_difference]
+                                                                  : std::string("none")));
+    CHECK(first_difference == n);
+    CHECK(allocations(seen[u]) == allocations(seen[0]));
+  }
+  CHECK(allocations(seen[0]) > 0);
+  // The control: the record does tell updates apart (the first one allocates Adam's moments besides).
+  CHECK(allocations(first) > allocations(seen[0]));
+}
