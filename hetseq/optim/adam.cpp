@@ -73,8 +73,41 @@ void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<tor
   const double bias_correction2 = 1 - std::pow(o.beta2, t);
   const double step_size = lr * std::sqrt(bias_correction2) / bias_correction1;
 
-  if (o.weight_decay != 0) at::_foreach_add_(params, params, -o.weight_decay * lr);
+  // The decay as a product, then a sum (not add's alpha, a fused multiply-add on a CPU's vector units): the
+  // order that device_scalar_adam can follow with its factor in a tensor.
+  if (o.weight_decay != 0) at::_foreach_add_(params, at::_foreach_mul(params, -o.weight_decay * lr));
   at::_foreach_addcdiv_(params, exp_avg, denom, -step_size);
+}
+
+// Note [Adam from device scalars]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A CUDA graph replays its kernels with the arguments they were captured with: a host number passed to a kernel
+// (the step size, which moves with the update count t; epsilon; the weight decay's lr-dependent factor) would be
+// frozen at capture. With AdamOptions::device_scalars they live in zero-dimensional tensors on the parameters'
+// device, which the host fills before the kernels run (fill_ is its own small kernel, outside what a graph
+// captures), and the kernels read them there: _foreach_* calls whose scalar operand is a tensor. The arithmetic
+// is the foreach form's, operation for operation: m and v as there; denom = sqrt(v) + eps; the decay p + (-wd lr) p
+// as a product then a sum; the step (-step_size * m) / denom added to p, the order in which addcdiv evaluates
+// value * t1 / t2. So on a CPU the two forms are bit-equal (tests/optim/test_foreach_optimizers.cpp): the scalars
+// are the same roundings of the same doubles, to float64 for float64 members and to float32 for the others. Not
+// yet used by --cuda-graph, whose graph still ends before the step (Note [CUDA-graph updates]): the capture of the
+// step, with the fills before each replay, is for a session with a GPU.
+
+/// fairseq's Adam with its scalars in `scalars` ([3]: -step size, -weight_decay * lr, epsilon; zero-dimensional
+/// tensors of the members' compute type on their device).
+void device_scalar_adam(const AdamOptions& o, const torch::Tensor* scalars, std::vector<torch::Tensor>& params,
+                        const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
+                        std::vector<torch::Tensor>& exp_avg_sq) {
+  at::_foreach_mul_(exp_avg, o.beta1);
+  at::_foreach_add_(exp_avg, grads, 1 - o.beta1);
+  at::_foreach_mul_(exp_avg_sq, o.beta2);
+  at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - o.beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);  // [member]
+  at::_foreach_add_(denom, scalars[2]);
+  if (o.weight_decay != 0) at::_foreach_add_(params, at::_foreach_mul(params, scalars[1]));
+  std::vector<torch::Tensor> step = at::_foreach_mul(exp_avg, scalars[0]);  // [member]
+  at::_foreach_div_(step, denom);
+  at::_foreach_add_(params, step);
 }
 
 /// The same update through the fused kernel. See Note [Fused Adam].
@@ -103,9 +136,30 @@ bool fusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor
 }  // namespace
 
 void Adam::step() {
-  apply_update([this](UpdateGroup& group) {
+  size_t group_index = 0;
+  apply_update([this, &group_index](UpdateGroup& group) {
     std::vector<torch::Tensor> exp_avg = buffers(group, "exp_avg");        // [member]
     std::vector<torch::Tensor> exp_avg_sq = buffers(group, "exp_avg_sq");  // [member]
+    if (options_.device_scalars) {
+      const size_t first = 3 * group_index++;
+      // In the members' compute type: float64 for float64 members, float32 for the others (fp16 and bf16
+      // members are stepped in float32, Note [Update groups]).
+      const torch::TensorOptions like = group.params.front().options().dtype(
+          group.params.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
+      while (scalars_.size() < first + 3) scalars_.push_back(torch::zeros({}, like));
+      for (size_t k = first; k < first + 3; ++k) {
+        if (scalars_[k].dtype() != like.dtype() || scalars_[k].device() != like.device()) {
+          scalars_[k] = torch::zeros({}, like);
+        }
+      }
+      const auto t = static_cast<double>(group.step);
+      const double step_size = lr() * std::sqrt(1 - std::pow(options_.beta2, t)) / (1 - std::pow(options_.beta1, t));
+      scalars_[first].fill_(-step_size);
+      scalars_[first + 1].fill_(-options_.weight_decay * lr());
+      scalars_[first + 2].fill_(options_.eps);
+      device_scalar_adam(options_, &scalars_[first], group.params, group.grads, exp_avg, exp_avg_sq);
+      return;
+    }
     if (!options_.fused) {
       foreach_adam(options_, lr(), group.step, group.params, group.grads, exp_avg, exp_avg_sq);
       return;

@@ -22,6 +22,10 @@ struct AdamOptions {
   /// formula below, see Note [Fused Adam]). false: through _foreach_* kernels, bit-equal on a CPU to the
   /// formula evaluated one operation at a time. Not a flag: library users and the benchmark choose.
   bool fused = true;
+  /// Reads the step size, the weight decay's factor and epsilon from tensors on the parameters' device, filled
+  /// before the kernels run, instead of passing them as host numbers into the kernels: the form a CUDA graph can
+  /// replay with the values of each update (Note [Adam from device scalars]). Bit-equal on a CPU to fused = false.
+  bool device_scalars = false;
 };
 
 /// HetSeq's (fairseq's) Adam with decoupled weight decay. Per parameter p with gradient g and its own
@@ -49,6 +53,7 @@ class Adam : public Optimizer {
 
  private:
   AdamOptions options_;
+  std::vector<torch::Tensor> scalars_;  // device_scalars: [group * 3 + k] -step size, -decay factor, epsilon
 };
 
 }  // namespace hetseq::optim

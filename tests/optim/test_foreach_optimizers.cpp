@@ -102,7 +102,7 @@ RefUpdate adam_ref(const AdamOptions& o) {
     const Tensor denom = exp_avg_sq.sqrt().add_(o.eps);
     const auto t = static_cast<double>(step);
     const double step_size = o.lr * std::sqrt(1 - std::pow(o.beta2, t)) / (1 - std::pow(o.beta1, t));
-    if (o.weight_decay != 0) p.add_(p, -o.weight_decay * o.lr);
+    if (o.weight_decay != 0) p.add_(p * (-o.weight_decay * o.lr));  // a product, then a sum (adam.cpp)
     p.addcdiv_(exp_avg, denom, -step_size);
   };
 }
@@ -228,6 +228,25 @@ TEST_CASE("Adam through foreach kernels (fused = false) is bit-equal to the per-
   o.eps = 1e-6;
   o.weight_decay = 0.01;
   o.fused = false;
+  const auto params = make_params(3);
+  Adam adam(clones(params), o);
+  PerParamRef ref(clones(params), adam_ref(o));
+  require_bit_equal_steps(adam, ref);
+}
+
+TEST_CASE("Adam with its scalars in device tensors (the form a CUDA graph replays) is bit-equal to the per-parameter "
+          "update",
+          "[optim][foreach]") {
+  // Note [Adam from device scalars]: with and without weight decay, over the steps of require_bit_equal_steps.
+  const double decay = GENERATE(0.0, 0.01);
+  CAPTURE(decay);
+  AdamOptions o;
+  o.lr = 0.01;
+  o.beta1 = 0.8;
+  o.beta2 = 0.95;
+  o.eps = 1e-6;
+  o.weight_decay = decay;
+  o.device_scalars = true;
   const auto params = make_params(3);
   Adam adam(clones(params), o);
   PerParamRef ref(clones(params), adam_ref(o));
