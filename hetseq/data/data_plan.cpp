@@ -13,7 +13,8 @@ DataPlan DataPlan::single(int64_t batch_size, int64_t update_freq) {
   return plan;
 }
 
-DataPlan DataPlan::from_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches, int64_t rank) {
+DataPlan DataPlan::from_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches, int64_t rank,
+                               Naming naming) {
   if (shares.size() != micro_batches.size()) {
     throw UsageError(fmt::format("data plan: {} shares with {} micro-batch counts", shares.size(), micro_batches.size()));
   }
@@ -24,7 +25,7 @@ DataPlan DataPlan::from_shares(std::vector<int64_t> shares, std::vector<int64_t>
   plan.shares = std::move(shares);
   plan.update_freqs = std::move(micro_batches);
   plan.rank = rank;
-  plan.validate();
+  plan.validate(naming);
   return plan;
 }
 
@@ -55,11 +56,13 @@ int64_t DataPlan::micro_batch_begin(int64_t r, int64_t k) const {
   return k * share(r) / update_freqs[r];
 }
 
-void DataPlan::validate() const {
+void DataPlan::validate(Naming naming) const {
+  // Named in the caller's words: Note [Options in the user's words]. Python's Plan takes one value per rank.
   if (batch_sizes.empty() || batch_sizes.size() != update_freqs.size()) {
-    throw UsageError(fmt::format("data plan: {} batch sizes (--max-sentences) for {} update frequencies "
-                                 "(--update-freq); give one value per rank or one for all",
-                                 batch_sizes.size(), update_freqs.size()));
+    throw UsageError(fmt::format("data plan: {} batch sizes ({}) for {} update frequencies ({}); give one value per "
+                                 "rank{}",
+                                 batch_sizes.size(), kBatchSizesOption.name(naming), update_freqs.size(),
+                                 kUpdateFreqsOption.name(naming), naming == Naming::kPython ? "" : " or one for all"));
   }
   if (rank < 0 || rank >= world_size()) {
     throw UsageError(fmt::format("data plan: rank {} outside world size {}", rank, world_size()));
@@ -67,12 +70,12 @@ void DataPlan::validate() const {
   for (int64_t r = 0; r < world_size(); ++r) {
     if (sits_out(r)) continue;  // a balanced split's zero share: batch size 0 in one (empty) micro-batch
     if (batch_sizes[r] <= 0) {
-      throw UsageError(fmt::format("--max-sentences: rank {} has batch size {}; it must be positive", r,
-                                   batch_sizes[r]));
+      throw UsageError(fmt::format("{}: rank {} has batch size {}; it must be positive", kBatchSizesOption.name(naming),
+                                   r, batch_sizes[r]));
     }
     if (update_freqs[r] <= 0) {
-      throw UsageError(fmt::format("--update-freq: rank {} has update frequency {}; it must be positive", r,
-                                   update_freqs[r]));
+      throw UsageError(fmt::format("{}: rank {} has update frequency {}; it must be positive",
+                                   kUpdateFreqsOption.name(naming), r, update_freqs[r]));
     }
   }
   if (shares.empty()) return;

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "hetseq/core/option_names.h"
+
 namespace hetseq {
 
 // Note [Data plan]
@@ -34,6 +36,11 @@ namespace hetseq {
 
 /// The data plan of one rank: the micro-batch sizes and update frequencies of all ranks.
 /// See Note [Data plan].
+/// The plan's sizes as its messages name them (Note [Options in the user's words]): hetseq-train's flags, or the
+/// arguments of hetseq.data.Plan.
+inline constexpr OptionName kBatchSizesOption{"--max-sentences", "batch_sizes"};
+inline constexpr OptionName kUpdateFreqsOption{"--update-freq", "update_freqs"};
+
 struct DataPlan {
   std::vector<int64_t> batch_sizes;   // [rank] samples per micro-batch
   std::vector<int64_t> update_freqs;  // [rank] micro-batches per update
@@ -45,7 +52,9 @@ struct DataPlan {
   /// A plan for one process: batch size `batch_size`, `update_freq` micro-batches per update.
   static DataPlan single(int64_t batch_size, int64_t update_freq);
   /// A balanced split: rank r takes `shares[r]` samples per update in `micro_batches[r]` micro-batches.
-  static DataPlan from_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches, int64_t rank);
+  /// `naming`: the words of validate()'s messages.
+  static DataPlan from_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches, int64_t rank,
+                              Naming naming = Naming::kFlags);
 
   int64_t world_size() const { return static_cast<int64_t>(batch_sizes.size()); }
   /// Samples consumed by one update across all ranks (U in the Note).
@@ -62,8 +71,8 @@ struct DataPlan {
   /// Where micro-batch `k` of rank `r` starts inside its slice (k = update_freqs[r]: the slice's end).
   int64_t micro_batch_begin(int64_t r, int64_t k) const;
   /// Checks sizes, ranks and positivity; throws hetseq::UsageError naming --max-sentences or
-  /// --update-freq.
-  void validate() const;
+  /// --update-freq (batch_sizes or update_freqs in `naming`'s words).
+  void validate(Naming naming = Naming::kFlags) const;
 };
 
 }  // namespace hetseq

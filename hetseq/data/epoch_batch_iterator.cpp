@@ -24,9 +24,10 @@ uint64_t uniform_below(std::mt19937_64& engine, uint64_t bound) {
 
 EpochBatchIterator::EpochBatchIterator(int64_t dataset_size, DataPlan plan, EpochIteratorOptions options)
     : dataset_size_(dataset_size), plan_(std::move(plan)), options_(options) {
-  plan_.validate();
+  plan_.validate(options_.naming);
   if (dataset_size_ <= 0) {
-    throw InputError(fmt::format("the dataset is empty ({} samples); check --data", dataset_size_));
+    throw InputError(fmt::format("the dataset is empty ({} samples); check {}", dataset_size_,
+                                 options_.naming == Naming::kPython ? "dataset_size" : "--data"));
   }
 }
 
@@ -87,8 +88,12 @@ int64_t EpochBatchIterator::updates_per_epoch() const {
 void EpochBatchIterator::restore(IteratorPosition position) {
   if (position.epoch < 1 || position.offset < 0 || position.offset > dataset_size_) {
     throw InputError(fmt::format("cannot restore the data position (epoch {}, offset {}): the dataset has {} "
-                                 "samples; pass --reset-dataloader to start the epoch afresh",
-                                 position.epoch, position.offset, dataset_size_));
+                                 "samples; {}",
+                                 position.epoch, position.offset, dataset_size_,
+                                 options_.naming == Naming::kPython
+                                     ? "was it saved over another dataset? Leave plan= out of "
+                                       "hetseq.checkpoint.load to start the plan afresh"
+                                     : "pass --reset-dataloader to start the epoch afresh"));
   }
   if (started_ && position.epoch == position_.epoch) {
     position_ = position;
@@ -100,7 +105,7 @@ void EpochBatchIterator::restore(IteratorPosition position) {
 }
 
 void EpochBatchIterator::set_plan(DataPlan plan) {
-  plan.validate();
+  plan.validate(options_.naming);
   plan_ = std::move(plan);
 }
 

@@ -12,6 +12,9 @@ struct EpochIteratorOptions {
   uint64_t seed = 1;       // --seed: the permutation of epoch e is drawn from (seed, e)
   int64_t curriculum = 0;  // --curriculum: epochs 1..curriculum keep the dataset order
   bool shuffle = true;     // false for validation
+  /// The words of the iterator's messages (Note [Options in the user's words]): the flags, or hetseq.data.Plan's
+  /// arguments.
+  Naming naming = Naming::kFlags;
 };
 
 /// Where an iterator stands: the epoch (1-based) and the number of samples of that epoch's

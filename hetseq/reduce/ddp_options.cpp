@@ -7,11 +7,14 @@
 
 namespace hetseq {
 
-SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value) {
+SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value, Naming naming) {
   if (value == "auto") return SharedMemoryReduceMode::kAuto;
   if (value == "on") return SharedMemoryReduceMode::kOn;
   if (value == "off") return SharedMemoryReduceMode::kOff;
-  throw UsageError(fmt::format("--shared-memory-reduce: '{}' is not one of auto, on, off", value));
+  const auto& o = kSharedMemoryOption;
+  const std::string given = naming == Naming::kPython ? o.value(naming, value) : fmt::format("'{}'", value);
+  throw UsageError(fmt::format("{}: {} is not one of {}, {}, {}", o.name(naming), given, o.value(naming, "auto"),
+                               o.value(naming, "on"), o.value(naming, "off")));
 }
 
 std::string to_string(SharedMemoryReduceMode mode) {
@@ -35,7 +38,8 @@ void PowerSgdOptions::validate() const {
 
 void DdpOptions::validate() const {
   if (!std::isfinite(bucket_cap_mb) || bucket_cap_mb <= 0) {
-    throw UsageError(fmt::format("--bucket-cap-mb: {} is not a positive number of MiB", bucket_cap_mb));
+    throw UsageError(
+        fmt::format("{}: {} is not a positive number of MiB", kBucketCapMbOption.name(naming), bucket_cap_mb));
   }
   if (shared_memory == SharedMemoryReduceMode::kOn && comm_hook != CommHook::kNone) {
     throw UsageError(fmt::format("--shared-memory-reduce sums float32 buckets as they are; it cannot be combined with "

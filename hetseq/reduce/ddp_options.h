@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hetseq/core/option_names.h"
 #include "hetseq/reduce/comm_hook.h"
 
 namespace hetseq {
@@ -27,10 +28,17 @@ enum class SharedMemoryReduceMode {
   kOn,    // always; an error naming the flag when that cannot be
   kOff,   // never: the process group carries the buckets
 };
-/// Parses a --shared-memory-reduce value (auto, on, off); hetseq::UsageError naming the flag otherwise.
-SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value);
+/// Parses a --shared-memory-reduce value (auto, on, off); hetseq::UsageError naming the option in `naming`'s
+/// words otherwise.
+SharedMemoryReduceMode parse_shared_memory_reduce(const std::string& value, Naming naming = Naming::kFlags);
 /// The --shared-memory-reduce spelling of `mode`.
 std::string to_string(SharedMemoryReduceMode mode);
+
+/// The reducer's options that its messages name, in both front ends (Note [Options in the user's words]).
+inline constexpr OptionName kBucketCapMbOption{"--bucket-cap-mb", "bucket_cap_mb"};
+inline constexpr OptionName kSharedMemoryOption{"--shared-memory-reduce", "shared_memory", /*text=*/true};
+/// The wait of the shared-memory reduction: --distributed-timeout, or DistributedDataParallel's timeout_s.
+inline constexpr OptionName kSharedMemoryTimeoutOption{"--distributed-timeout", "timeout_s"};
 
 /// How the distributed reducer moves gradients: the home of its flags (declared and read in
 /// hetseq/reduce/ddp_flags.h), checked once by validate().
@@ -46,11 +54,15 @@ struct DdpOptions {
   /// The first bucket layout, [bucket][parameter index] (a checkpoint's bucket_layout); empty: the
   /// parameters in reverse order, cut by size. See Note [Bucketed reduction].
   std::vector<std::vector<int64_t>> initial_buckets;
+  /// Whose words the reducer's messages use for these options: the flags', or the Python package's keywords
+  /// (set by its binding). See Note [Options in the user's words].
+  Naming naming = Naming::kFlags;
 
   /// Throws hetseq::UsageError naming the flag of an invalid value or combination: --bucket-cap-mb not a
-  /// positive finite number, --shared-memory-reduce on with a comm hook, or PowerSGD's settings (checked
-  /// whatever the hook, as a malformed flag is an error even when unused). Called once, where the
-  /// options come in: by read_ddp_options for hetseq-train, by hetseq::train for a program of its own.
+  /// positive finite number (named in `naming`'s words), --shared-memory-reduce on with a comm hook, or
+  /// PowerSGD's settings (checked whatever the hook, as a malformed flag is an error even when unused). Called
+  /// once, where the options come in: by read_ddp_options for hetseq-train, by hetseq::train for a program of
+  /// its own, by the Python package's binding for hetseq.DistributedDataParallel.
   void validate() const;
 };
 

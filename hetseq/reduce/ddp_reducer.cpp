@@ -177,10 +177,14 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   const auto shm_mode = options_.shared_memory;
   const auto off_cpu =
       std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  // Named in the caller's words: Note [Options in the user's words].
+  const Naming naming = options_.naming;
+  const auto& shm_option = kSharedMemoryOption;
+  const std::string shm_on = shm_option.set_to(naming, "on");
   const std::string off_cpu_error =
-      all_cpu ? "" : fmt::format("--shared-memory-reduce on: rank {} has parameters on {}; it sums CPU gradients only: "
-                                 "use auto or off",
-                                 rank_, off_cpu->device().str());
+      all_cpu ? "" : fmt::format("{}: rank {} has parameters on {}; it sums CPU gradients only: use {} or {}", shm_on,
+                                 rank_, off_cpu->device().str(), shm_option.value(naming, "auto"),
+                                 shm_option.value(naming, "off"));
   // With peers the check is collective (below), so that a CPU rank beside a GPU rank gets the usage error too, not
   // a lost peer in the segment's collectives.
   if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu && world_size_ == 1) throw UsageError(off_cpu_error);
@@ -191,19 +195,23 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // shared memory never reach the group, so no check would see them: ranks whose bucket lists differ would go
   // unnoticed exactly where the flag is meant to catch them. So a checked group keeps the buckets: with auto the
   // reducer takes the process group and says why once (rank 0); on, which asks for what cannot be checked, is a
-  // usage error naming both flags. The same on every rank, since the group is checked on all or none.
+  // usage error naming both flags. The same on every rank, since the group is checked on all or none. From
+  // Python, the checked group is the one that TORCH_DISTRIBUTED_DEBUG=DETAIL makes.
   const bool checked = checks_collectives(group_);
+  const std::string checks = naming == Naming::kPython ? "TORCH_DISTRIBUTED_DEBUG=DETAIL" : "--debug-collectives";
   if (checked && shm_mode == SharedMemoryReduceMode::kOn) {
-    throw UsageError("--shared-memory-reduce on cannot be combined with --debug-collectives: gradient buckets summed "
-                     "through shared memory bypass the checks of every collective; pass --shared-memory-reduce auto "
-                     "or off with --debug-collectives, or leave --debug-collectives out");
+    throw UsageError(fmt::format("{} cannot be combined with {}: gradient buckets summed through shared memory bypass "
+                                 "the checks of every collective; pass {} or {} with {}, or leave {}",
+                                 shm_on, checks, shm_option.set_to(naming, "auto"), shm_option.value(naming, "off"),
+                                 checks, naming == Naming::kPython ? "TORCH_DISTRIBUTED_DEBUG unset" : checks + " out"));
   }
   const bool wanted = world_size_ > 1 && (shm_mode == SharedMemoryReduceMode::kOn ||
                                           (shm_mode == SharedMemoryReduceMode::kAuto &&
                                            options_.comm_hook == CommHook::kNone));
   if (wanted && checked && rank_ == 0) {
-    log::info("[reducer] --debug-collectives: the gradient buckets go through the process group, where they are "
-              "checked, not through shared memory (--shared-memory-reduce auto)");
+    log::info("[reducer] {}: the gradient buckets go through the process group, where they are checked, not through "
+              "shared memory ({})",
+              checks, shm_option.set_to(naming, to_string(shm_mode)));
   }
   // A world of one (a torchrun job shrunk to one node) has nothing to sum.
   const bool try_shm = wanted && !checked;
@@ -228,27 +236,27 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
     if (shm_mode == SharedMemoryReduceMode::kOn) {
       std::string why;
       shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why, nullptr,
-                                            in_place);
-      if (!shm_) throw UsageError(all_cpu ? fmt::format("--shared-memory-reduce on: {}", why) : off_cpu_error);
+                                            in_place, naming);
+      if (!shm_) throw UsageError(all_cpu ? fmt::format("{}: {}", shm_on, why) : off_cpu_error);
     } else {
       std::string why;
       bool segment_failed = false;
       shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why,
-                                            &segment_failed, in_place);
+                                            &segment_failed, in_place, naming);
       if (!shm_ && segment_failed) {
         // The ranks could share memory but the segment could not be made: a slower run the user should hear of.
         log::warn("[reducer] rank {}: the ranks of this machine cannot sum their gradients through shared memory "
                   "({}); they go through the process group instead, which is slower. Make room in /dev/shm, or pass "
-                  "--shared-memory-reduce off to choose that",
-                  rank_, why);
+                  "{} to choose that",
+                  rank_, why, shm_option.set_to(naming, "off"));
       } else if (!shm_) {
         log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
       }
     }
     if (shm_ && rank_ == 0) {
       log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
-                "(--shared-memory-reduce; {} bytes a slot)",
-                world_size_, shm_->max_bytes());
+                "({}; {} bytes a slot)",
+                world_size_, shm_option.name(naming), shm_->max_bytes());
     }
   }
 
@@ -333,11 +341,17 @@ void DistributedReducer::finish_update() {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i].grad().defined()) missing.push_back(param_names_[i]);
     }
+    // hetseq.DistributedDataParallel has no find_unused_parameters: Note [Options in the user's words].
+    const char* what_to_do =
+        options_.naming == Naming::kPython
+            ? "hetseq.DistributedDataParallel has no find_unused_parameters: every parameter that requires a "
+              "gradient must get one in the last micro-batch of each update; freeze one that the model leaves "
+              "unused (requires_grad=False)"
+            : "Use --find-unused-parameters when the model leaves parameters unused";
     throw InputError(fmt::format(
         "rank {} of {}: only {} of {} gradient buckets were reduced: some parameters got no gradient in the last "
-        "backward of this update (parameters without any gradient: [{}]). Use --find-unused-parameters "
-        "when the model leaves parameters unused",
-        rank_, world_size_, timing_.buckets, num_buckets_, fmt::join(missing, ", ")));
+        "backward of this update (parameters without any gradient: [{}]). {}",
+        rank_, world_size_, timing_.buckets, num_buckets_, fmt::join(missing, ", "), what_to_do));
   }
   if (options_.find_unused_parameters) forget_unused_gradients();
   if (tracer_ && timing_.buckets > 0) {

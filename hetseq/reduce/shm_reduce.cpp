@@ -11,6 +11,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/reduce/ddp_options.h"
 
 namespace hetseq {
 
@@ -91,15 +92,15 @@ std::pair<int64_t, int64_t> chunk_of(int64_t n, int rank, int world) {
 
 SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout,
                                        size_t bucket_bytes)
-    : SharedMemoryReduce(group, max_bytes, timeout, true, nullptr, bucket_bytes) {}
+    : SharedMemoryReduce(group, max_bytes, timeout, true, nullptr, bucket_bytes, Naming::kFlags) {}
 
 std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::ProcessGroup& group, size_t max_bytes,
                                                                    std::chrono::milliseconds timeout, bool eligible,
                                                                    std::string* why, bool* segment_failed,
-                                                                   size_t bucket_bytes) {
+                                                                   size_t bucket_bytes, Naming naming) {
   std::string reason;
   std::shared_ptr<SharedMemoryReduce> shm(
-      new SharedMemoryReduce(group, max_bytes, timeout, eligible, &reason, bucket_bytes));
+      new SharedMemoryReduce(group, max_bytes, timeout, eligible, &reason, bucket_bytes, naming));
   if (segment_failed) *segment_failed = shm->segment_->segment_failed();
   if (!reason.empty()) {
     if (why) *why = reason;
@@ -110,16 +111,16 @@ std::shared_ptr<SharedMemoryReduce> SharedMemoryReduce::try_create(c10d::Process
 
 // `why` null: what stops it is a UsageError; otherwise it is written there and the object is left unmapped.
 SharedMemoryReduce::SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout,
-                                       bool eligible, std::string* why, size_t bucket_bytes)
+                                       bool eligible, std::string* why, size_t bucket_bytes, Naming naming)
     : rank_(group.getRank()), world_(group.getSize()), timeout_(timeout) {
   auto fail = [&](const std::string& message) {
-    if (!why) throw UsageError(fmt::format("--shared-memory-reduce on: {}", message));
+    if (!why) throw UsageError(fmt::format("{}: {}", kSharedMemoryOption.set_to(naming, "on"), message));
     *why = message;
   };
   max_bytes_ = round_up(std::max<size_t>(max_bytes, 64), kPage);
   bucket_bytes_ = round_up(bucket_bytes, kPage);
   segment_ = std::make_unique<SharedSegment>(
-      group, static_cast<size_t>(world_) * (2 * max_bytes_ + bucket_bytes_), eligible, fail);
+      group, static_cast<size_t>(world_) * (2 * max_bytes_ + bucket_bytes_), eligible, fail, naming);
   if (!segment_->mapped()) return;
   for (int r = 0; r < world_; ++r) members_.push_back(r);
   position_ = rank_;

@@ -37,11 +37,11 @@ class SharedMemoryReduce {
   /// on this machine, one of them is not `eligible` (its parameters are not on the CPU), or the segment cannot
   /// be made (`why` says which; `segment_failed`, where given, is set for the last: a full or small /dev/shm,
   /// which the caller should warn of, where the others are how the ranks were placed). Collective even where
-  /// this rank is not eligible.
+  /// this rank is not eligible. `naming`: the words of its messages (Note [Options in the user's words]).
   static std::shared_ptr<SharedMemoryReduce> try_create(c10d::ProcessGroup& group, size_t max_bytes,
                                                         std::chrono::milliseconds timeout, bool eligible,
                                                         std::string* why, bool* segment_failed = nullptr,
-                                                        size_t bucket_bytes = 0);
+                                                        size_t bucket_bytes = 0, Naming naming = Naming::kFlags);
   ~SharedMemoryReduce();
   SharedMemoryReduce(const SharedMemoryReduce&) = delete;
   SharedMemoryReduce& operator=(const SharedMemoryReduce&) = delete;
@@ -74,7 +74,7 @@ class SharedMemoryReduce {
 
  private:
   SharedMemoryReduce(c10d::ProcessGroup& group, size_t max_bytes, std::chrono::milliseconds timeout, bool eligible,
-                     std::string* why, size_t bucket_bytes);
+                     std::string* why, size_t bucket_bytes, Naming naming);
   void barrier(int64_t index, const char* phase);
   char* slot(int half, int rank) const;
   char* bucket_place(int rank, int64_t index) const;  // where rank's bucket `index` lives

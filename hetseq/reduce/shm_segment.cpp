@@ -19,6 +19,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/reduce/ddp_options.h"
 
 namespace hetseq {
 
@@ -92,8 +93,8 @@ int64_t machine_id() {
 }  // namespace
 
 SharedSegment::SharedSegment(c10d::ProcessGroup& group, size_t bytes, bool eligible,
-                             const std::function<void(const std::string&)>& fail)
-    : rank_(group.getRank()), world_(group.getSize()) {
+                             const std::function<void(const std::string&)>& fail, Naming naming)
+    : rank_(group.getRank()), world_(group.getSize()), naming_(naming) {
   static_assert(sizeof(Header) <= kHeaderBytes, "the header is one page");
   if (world_ > kMaxRanks) {  // the same on every rank: no collective skipped unevenly
     fail(fmt::format("{} ranks; it serves at most {} ranks of one machine", world_, kMaxRanks));
@@ -110,8 +111,8 @@ SharedSegment::SharedSegment(c10d::ProcessGroup& group, size_t bytes, bool eligi
       if (outs[0][static_cast<size_t>(r)].item<int64_t>() != outs[0][0].item<int64_t>()) {
         fail(fmt::format("rank {} runs on another machine than rank 0 (or in another network namespace), or one "
                          "of them has its parameters off the CPU; shared memory serves CPU ranks of one machine only: "
-                         "use --shared-memory-reduce auto or off",
-                         r));
+                         "use {} or {}",
+                         r, kSharedMemoryOption.set_to(naming_, "auto"), kSharedMemoryOption.value(naming_, "off")));
         return;
       }
     }
@@ -159,7 +160,7 @@ SharedSegment::SharedSegment(c10d::ProcessGroup& group, size_t bytes, bool eligi
   name = std::string(static_cast<const char*>(name_bytes.data_ptr()));
   if (!name.empty() && name[0] == '!') {
     segment_failed_ = true;
-    fail(fmt::format("rank 0 {}; free /dev/shm or use --shared-memory-reduce off", name.substr(1)));
+    fail(fmt::format("rank 0 {}; free /dev/shm or use {}", name.substr(1), kSharedMemoryOption.set_to(naming_, "off")));
     return;
   }
   // Every rank maps it; the name goes once all have (or one has failed).
@@ -244,9 +245,9 @@ void SharedSegment::barrier(const std::vector<int>& members, std::chrono::millis
     if (left <= std::chrono::steady_clock::duration::zero()) {
       throw PeerError(fmt::format(
           "rank {} of {}: the shared-memory reduction of gradient bucket {} ({}) failed: rank(s) {} did not reach it "
-          "within --distributed-timeout ({} s) (a peer died, fell behind past the process group's timeout, or ran a "
+          "within {} ({} s) (a peer died, fell behind past the process group's timeout, or ran a "
           "different number of backward passes)",
-          rank_, world_, index, phase, fmt::join(missing, ", "),
+          rank_, world_, index, phase, fmt::join(missing, ", "), kSharedMemoryTimeoutOption.name(naming_),
           std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     }
   }

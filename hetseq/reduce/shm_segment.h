@@ -14,6 +14,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "hetseq/core/option_names.h"
+
 namespace hetseq {
 
 class SharedSegment {
@@ -26,8 +28,10 @@ class SharedSegment {
   /// every rank maps it; the name is unlinked once all have, so the memory goes when the last process does,
   /// also after a crash. What stops it goes to `fail` (the same on every rank for the placement, the rank's own
   /// for a mapping), and the object is left unmapped (mapped() false); `segment_failed()` tells a full or small
-  /// /dev/shm from the placement. Collective even where this rank is not eligible.
-  SharedSegment(c10d::ProcessGroup& group, size_t bytes, bool eligible, const std::function<void(const std::string&)>& fail);
+  /// /dev/shm from the placement. Collective even where this rank is not eligible. `naming`: the words its
+  /// messages use for the options they name (Note [Options in the user's words]).
+  SharedSegment(c10d::ProcessGroup& group, size_t bytes, bool eligible, const std::function<void(const std::string&)>& fail,
+                Naming naming = Naming::kFlags);
   ~SharedSegment() = default;
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
@@ -68,6 +72,7 @@ class SharedSegment {
   bool segment_failed_ = false;  // the segment could not be made or mapped
   uint64_t pid_namespace_ = 0;   // of this process, to tell which peers' process ids it can check
   uint64_t round_ = 0;           // barriers this rank has passed since restart_count
+  Naming naming_ = Naming::kFlags;
 };
 
 }  // namespace hetseq

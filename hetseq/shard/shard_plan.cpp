@@ -9,15 +9,15 @@
 namespace hetseq {
 
 std::vector<ShardRange> plan_shards(const std::vector<int64_t>& budget_bytes, int64_t total_numel,
-                                    int64_t alignment) {
+                                    int64_t alignment, Naming naming) {
   HETSEQ_ASSERT(!budget_bytes.empty() && total_numel > 0 && alignment > 0,
                 "plan_shards: {} ranks, {} elements, alignment {}", budget_bytes.size(), total_numel, alignment);
   __int128 total_budget = 0;
   for (size_t r = 0; r < budget_bytes.size(); ++r) {
     if (budget_bytes[r] <= 0) {
-      throw InputError(fmt::format("--memory-budget: rank {} has a budget of {} bytes; every rank needs a positive "
-                                   "budget to hold its shard of the optimizer state",
-                                   r, budget_bytes[r]));
+      throw InputError(fmt::format("{}: rank {} has a budget of {} bytes; every rank needs a positive budget to hold "
+                                   "its shard of the optimizer state",
+                                   kMemoryBudgetOption.name(naming), r, budget_bytes[r]));
     }
     total_budget += budget_bytes[r];
   }
@@ -39,9 +39,11 @@ std::vector<ShardRange> plan_shards(const std::vector<int64_t>& budget_bytes, in
   }
   for (size_t r = 0; r < plan.size(); ++r) {
     if (plan[r].numel == 0) {
-      throw InputError(fmt::format("--memory-budget: rank {}'s budget ({} bytes of {} in all) is too small a share for "
-                                   "one {}-element piece of the {} parameters; raise it, or use --zero-sharding none",
-                                   r, budget_bytes[r], static_cast<int64_t>(total_budget), alignment, total_numel));
+      throw InputError(fmt::format("{}: rank {}'s budget ({} bytes of {} in all) is too small a share for one "
+                                   "{}-element piece of the {} parameters; raise it, or use {}",
+                                   kMemoryBudgetOption.name(naming), r, budget_bytes[r],
+                                   static_cast<int64_t>(total_budget), alignment, total_numel,
+                                   naming == Naming::kPython ? "the unsharded optimizer" : "--zero-sharding none"));
     }
   }
   return plan;

@@ -7,7 +7,13 @@
 
 #include <torch/types.h>
 
+#include "hetseq/core/option_names.h"
+
 namespace hetseq {
+
+/// A rank's memory budget as the shard plan's messages name it (Note [Options in the user's words]):
+/// hetseq-train's flag, or hetseq.ShardedOptimizer's argument.
+inline constexpr OptionName kMemoryBudgetOption{"--memory-budget", "memory_budget"};
 
 /// One rank's shard: the elements [first, first + numel) of the flat element space that lays the
 /// parameters end to end in their order (a tensor may straddle two shards).
@@ -22,9 +28,9 @@ struct ShardRange {
 /// and B_<r is the budgets of the ranks before r, so every boundary but the end is a multiple of
 /// `alignment`, each shard is within one alignment of its share, and the shards cover [0, total) exactly.
 /// Pure. Throws hetseq::InputError naming the rank for a budget <= 0, and for a rank whose shard comes
-/// out empty (its budget is too small a share for one alignment of the parameters).
+/// out empty (its budget is too small a share for one alignment of the parameters), in `naming`'s words.
 std::vector<ShardRange> plan_shards(const std::vector<int64_t>& budget_bytes, int64_t total_numel,
-                                    int64_t alignment = 16);
+                                    int64_t alignment = 16, Naming naming = Naming::kFlags);
 
 /// The part of one parameter that lies in a shard: elements [offset, offset + numel) of parameter
 /// `param` (flattened).

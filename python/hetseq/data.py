@@ -24,7 +24,7 @@ class Plan:
         self._handed = None    # (position before it, finished updates then) of the update last handed out
         self._restored = None  # (epoch, offset) from a checkpoint, for the rank plans made after restore()
         self.epoch = 1         # the epoch to train next: restore() sets it
-        self._plan(0)  # checks the sizes now: a hetseq.UsageError naming the flag's meaning
+        self._plan(0)  # checks the sizes now: a hetseq.UsageError naming batch_sizes or update_freqs
 
     @property
     def micro_batches(self):

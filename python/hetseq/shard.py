@@ -101,7 +101,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         try:
             plan = _C.plan_shards(budgets, sum(p.numel() for p in flat), alignment)
         except _C.InputError as e:
-            raise _C.InputError(f"hetseq.ShardedOptimizer (memory_budget): {e}") from None
+            raise _C.InputError(f"hetseq.ShardedOptimizer: {e}") from None  # e names memory_budget
         self._params = flat
         self._slices = _C.shard_slices([p.numel() for p in flat], plan[self.rank])  # [view]
         self._views = _C.slice_views(flat, self._slices)  # [view] the shard optimizer's parameters

@@ -41,12 +41,16 @@ class Reducer {
     for (const auto& [name, t] : parameters) {
       if (t.requires_grad()) params_.push_back(t);
     }
+    // The reducer's messages name DistributedDataParallel's keywords, not hetseq-train's flags (Note [Options in
+    // the user's words], hetseq/core/option_names.h).
     DdpOptions options;
+    options.naming = Naming::kPython;
     options.bucket_cap_mb = bucket_cap_mb;
     options.broadcast_buffers = broadcast_buffers;
-    options.shared_memory = parse_shared_memory_reduce(shared_memory);
+    options.shared_memory = parse_shared_memory_reduce(shared_memory, Naming::kPython);
     options.shared_memory_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
     options.initial_buckets = std::move(initial_buckets);
+    options.validate();
     reducer_ = std::make_unique<DistributedReducer>(*module_, std::move(group), options);
   }
 
@@ -107,10 +111,11 @@ class Plan {
     plan.batch_sizes = std::move(batch_sizes);
     plan.update_freqs = update_freqs.empty() ? std::vector<int64_t>(plan.batch_sizes.size(), 1) : std::move(update_freqs);
     plan.rank = rank;
-    plan.validate();
+    plan.validate(Naming::kPython);  // its messages name hetseq.data.Plan's arguments (Note [Options in the user's words])
     EpochIteratorOptions options;
     options.seed = seed;
     options.shuffle = shuffle;
+    options.naming = Naming::kPython;
     iterator_ = std::make_unique<EpochBatchIterator>(dataset_size, plan, options);
   }
   void begin_epoch(int64_t epoch) { iterator_->begin_epoch(epoch); }
@@ -122,7 +127,8 @@ class Plan {
   /// A balanced split from the next update on: rank r takes `shares[r]` samples in `micro_batches[r]`
   /// micro-batches; the position in the epoch's permutation is kept (Note [Data plan]).
   void set_shares(std::vector<int64_t> shares, std::vector<int64_t> micro_batches) {
-    iterator_->set_plan(DataPlan::from_shares(std::move(shares), std::move(micro_batches), iterator_->plan().rank));
+    iterator_->set_plan(
+        DataPlan::from_shares(std::move(shares), std::move(micro_batches), iterator_->plan().rank, Naming::kPython));
   }
 
  private:

@@ -35,10 +35,15 @@ void bind_shard(py::module_& m) {
       .def("__repr__", [](const ShardSlice& s) {
         return fmt::format("ShardSlice(param={}, offset={}, numel={})", s.param, s.offset, s.numel);
       });
-  m.def("plan_shards", &plan_shards,
-        "Every rank's shard ([rank]) of `total_numel` elements in proportion to `budget_bytes` ([rank]), boundaries "
-        "at multiples of `alignment`; hetseq.InputError naming the rank for a budget <= 0 or one too small",
-        py::arg("budget_bytes"), py::arg("total_numel"), py::arg("alignment") = 16);
+  m.def(
+      "plan_shards",
+      [](const std::vector<int64_t>& budget_bytes, int64_t total_numel, int64_t alignment) {
+        return plan_shards(budget_bytes, total_numel, alignment, Naming::kPython);  // memory_budget, not the flag
+      },
+      "Every rank's shard ([rank]) of `total_numel` elements in proportion to `budget_bytes` ([rank]), boundaries "
+      "at multiples of `alignment`; hetseq.InputError naming the rank (and memory_budget) for a budget <= 0 or one "
+      "too small",
+      py::arg("budget_bytes"), py::arg("total_numel"), py::arg("alignment") = 16);
   m.def("shard_slices", &shard_slices, "The slices of the parameters of `param_numels` that fall in `range`",
         py::arg("param_numels"), py::arg("range"));
   m.def("slice_views", &slice_views, "1-D views of `params` (contiguous) for `slices`, sharing their storage",
