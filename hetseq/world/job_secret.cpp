@@ -49,38 +49,44 @@ int nibble(char c) {
   return -1;
 }
 
+// How a line names the file: "--distributed-secret-file PATH", or "HETSEQ_SECRET_FILE=PATH" where the environment
+// gave it (`flag` then ends with '=').
+std::string named(const std::string& flag, const std::string& path) {
+  return !flag.empty() && flag.back() == '=' ? flag + path : flag + " " + path;
+}
+
 }  // namespace
 
 JobSecret JobSecret::load(const std::string& path, const std::string& flag) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    throw UsageError(fmt::format("{} {}: {}; make one with hetseq-train --make-secret {} and give every node the same "
+    throw UsageError(fmt::format("{}: {}; make one with hetseq-train --make-secret {} and give every node the same "
                                  "file",
-                                 flag, path, std::strerror(errno), path));
+                                 named(flag, path), std::strerror(errno), path));
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    throw UsageError(fmt::format("{} {}: the file may be read by others (mode {:04o}); the job's secret must be its "
+    throw UsageError(fmt::format("{}: the file may be read by others (mode {:04o}); the job's secret must be its "
                                  "owner's alone: chmod 600 {}",
-                                 flag, path, st.st_mode & 07777, path));
+                                 named(flag, path), st.st_mode & 07777, path));
   }
   std::ifstream in(path);
   std::string text;
   if (!in || !std::getline(in, text)) {
-    throw UsageError(fmt::format("{} {}: cannot read the file (it is empty or unreadable)", flag, path));
+    throw UsageError(fmt::format("{}: cannot read the file (it is empty or unreadable)", named(flag, path)));
   }
   JobSecret s;
   s.path_ = path;
   if (text.size() != 64) {
-    throw UsageError(fmt::format("{} {}: not a secret of hetseq-train --make-secret (64 hexadecimal digits on the "
+    throw UsageError(fmt::format("{}: not a secret of hetseq-train --make-secret (64 hexadecimal digits on the "
                                  "first line; it holds {} characters)",
-                                 flag, path, text.size()));
+                                 named(flag, path), text.size()));
   }
   for (size_t i = 0; i < 32; ++i) {
     const int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      throw UsageError(fmt::format("{} {}: not a secret of hetseq-train --make-secret (a character that is not a "
+      throw UsageError(fmt::format("{}: not a secret of hetseq-train --make-secret (a character that is not a "
                                    "hexadecimal digit at position {})",
-                                   flag, path, 2 * i + (hi < 0 ? 1 : 2)));
+                                   named(flag, path), 2 * i + (hi < 0 ? 1 : 2)));
     }
     s.bytes_[i] = static_cast<uint8_t>(hi * 16 + lo);
   }

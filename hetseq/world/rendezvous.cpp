@@ -77,12 +77,13 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
       if (tcp.isServer) {
         log::info("[rendezvous] store listening on {}:{}{}", method.host, store->getPort(),
                   options.secret ? ", its values sealed with the job's secret" : "");
-        if (!options.secret && !is_loopback_host(method.host)) {
-          log::warn("[rendezvous] the store on {}:{} takes connections from anyone who reaches that address: they can "
-                    "read its keys, forge a peer's address or join as a rank; give every rank "
-                    "--distributed-secret-file (hetseq-train --make-secret PATH writes one, docs/security.md)",
-                    method.host, store->getPort());
-        }
+      }
+      // Rank 0 warns, whoever hosts the store (rank 0 itself, its node's launcher, torchrun's agent): once a job.
+      if (out.rank == 0 && !options.secret && !is_loopback_host(method.host)) {
+        log::warn("[rendezvous] the store on {}:{} takes connections from anyone who reaches that address: they can "
+                  "read its keys, forge a peer's address or join as a rank; give every rank "
+                  "--distributed-secret-file (hetseq-train --make-secret PATH writes one, docs/security.md)",
+                  method.host, store->getPort());
       }
       out.address = fmt::format("tcp://{}:{}", method.host, store->getPort());  // port 0 read back
       raw = store;

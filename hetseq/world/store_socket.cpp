@@ -12,6 +12,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/core/logging.h"
 
 namespace hetseq {
 
@@ -23,6 +24,33 @@ namespace hetseq {
 // to the address the init method names, the first one it resolves to (as the ranks that connect resolve it), and
 // hands it over: loopback stays loopback, and on a machine with several networks the store is on the one named.
 // SO_REUSEADDR as c10d sets it, so that a port a previous run left in TIME_WAIT can be taken again.
+// A host name that resolves to loopback on its own machine (Debian's /etc/hosts maps the machine's name to
+// 127.0.1.1) puts the store where no other node reaches it, which c10d's wildcard hid: the store stays there, as
+// named, and rank 0's machine says so in one warning, since the other nodes can only say that rank 0 never arrived.
+
+namespace {
+
+// The address `a` as text ("127.0.1.1").
+std::string address_text(const sockaddr* a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = nullptr;
+  if (a->sa_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+  } else {
+    raw = &reinterpret_cast<const sockaddr_in*>(a)->sin_addr;
+  }
+  ::inet_ntop(a->sa_family, raw, text, sizeof(text));
+  return text;
+}
+
+// Whether `a` is a loopback address (127.0.0.0/8, ::1).
+bool is_loopback_address(const sockaddr* a) {
+  if (a->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  if (a->sa_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
+  return false;
+}
+
+}  // namespace
 
 int bind_store_socket(const std::string& host, uint16_t port, const std::string& what) {
   addrinfo hints{};
@@ -45,7 +73,15 @@ int bind_store_socket(const std::string& host, uint16_t port, const std::string&
     }
     const int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 2048) == 0) return fd;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 2048) == 0) {
+      if (is_loopback_address(a->ai_addr) && !is_loopback_host(host)) {
+        log::warn("[rendezvous] '{}' is {} on this machine, a loopback address: the store listens there only, where no "
+                  "other machine reaches it ({}); name this machine by an address the other nodes reach, or map its "
+                  "name to that address in /etc/hosts",
+                  host, address_text(a->ai_addr), what);
+      }
+      return fd;
+    }
     last_error = errno;
     ::close(fd);
   }

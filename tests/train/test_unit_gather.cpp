@@ -22,8 +22,8 @@ using hetseq::test::run_ranks;
 namespace {
 
 // Two units (a, b) and a root layer (c).
-struct Net : torch::nn::Module, hetseq::ShardableModel {
-  Net() {
+struct GatherNet : torch::nn::Module, hetseq::ShardableModel {
+  GatherNet() {
     torch::manual_seed(7);
     a = register_module("a", torch::nn::Linear(6, 5));
     b = register_module("b", torch::nn::Linear(5, 4));
@@ -58,7 +58,7 @@ TEST_CASE("UnitGather: a unit's parameters exist only around its passes, the gra
           "[zero_shard]") {
   OneIntraOpThread one_thread;
   const torch::Tensor x = torch::linspace(-1, 1, 18).reshape({3, 6});
-  Net plain;
+  GatherNet plain;
   plain.forward(x).square().sum().backward();
   std::vector<torch::Tensor> expected_grads, expected_params;
   for (const auto& p : plain.parameters()) {
@@ -69,10 +69,10 @@ TEST_CASE("UnitGather: a unit's parameters exist only around its passes, the gra
   const auto plan = hetseq::plan_shards({1, 2}, total, 4);
 
   std::vector<RankSeen> seen(2);
-  std::vector<std::shared_ptr<Net>> nets{std::make_shared<Net>(), std::make_shared<Net>()};  // the generator here
+  std::vector<std::shared_ptr<GatherNet>> nets{std::make_shared<GatherNet>(), std::make_shared<GatherNet>()};  // the generator here
   run_ranks(2, [&](int rank, const Group& group) {
     RankSeen& s = seen[static_cast<size_t>(rank)];
-    Net& net = *nets[static_cast<size_t>(rank)];
+    GatherNet& net = *nets[static_cast<size_t>(rank)];
     auto params = net.parameters();
     auto units = std::make_shared<hetseq::UnitGather>(params, hetseq::parameter_units(net), plan, group);
     net.set_unit_runner(units);
