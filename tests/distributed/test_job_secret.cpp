@@ -471,8 +471,8 @@ TEST_CASE("two ranks with a secret train to the weights of two ranks without one
                             hetseq::load_checkpoint(dir / "sealed/checkpoint_last.pt"));
 }
 
-TEST_CASE("a rank given another secret exits 2 naming its file and rank 0 stops within --distributed-timeout naming "
-          "it",
+TEST_CASE("a rank given another secret or none exits 2 naming its file and rank 0 stops within "
+          "--distributed-timeout naming it",
           "[distributed][multiprocess][secret]") {
   TempDir dir;
   write_random_mnist(dir.path(), 200, 20);
@@ -481,12 +481,19 @@ TEST_CASE("a rank given another secret exits 2 naming its file and rank 0 stops 
   Process rank0(rank_args(dir.path(), dir / "save", {"--distributed-secret-file", secret}),
                 rank_env(0, "127.0.0.1", 0));
   const uint16_t port = read_port(rank0, "127.0.0.1");
+  // A rank 1 without a secret first: it claims nothing, so the rank 1 after it finds the store as rank 0 left it.
+  const auto none = run_process(rank_args(dir.path(), dir / "save"), 120s, rank_env(1, "127.0.0.1", port));
   const auto r1 = run_process(rank_args(dir.path(), dir / "save", {"--distributed-secret-file", wrong}), 120s,
                               rank_env(1, "127.0.0.1", port));
   const auto rank1_done = std::chrono::steady_clock::now();
   const auto r0 = rank0.wait(120s);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - rank1_done).count();
-  INFO("rank 0:\n" << r0.err << "\nrank 1:\n" << r1.err << "\nrank 0 stopped " << waited << " s after rank 1");
+  INFO("rank 0:\n" << r0.err << "\nrank 1:\n" << r1.err << "\nrank 1 without a secret:\n" << none.err
+                    << "\nrank 0 stopped " << waited << " s after rank 1");
+  CHECK(none.exit_code == hetseq::kExitUsage);
+  CHECK_THAT(line_with(none.err, "error:"),
+             Contains("rank 1: the rendezvous store at 'env://' is sealed with the job's secret and this rank was "
+                      "given none: give every rank the same --distributed-secret-file (or HETSEQ_SECRET_FILE)"));
   CHECK(r1.exit_code == hetseq::kExitUsage);
   CHECK_THAT(line_with(r1.err, "error:"),
              Contains("the rendezvous store holds a value under 'hetseq/run/0/generation' " +
