@@ -16,12 +16,13 @@ TEST_CASE("Every flag the launcher sets per worker is a per-rank flag", "[launch
 
 TEST_CASE("The per-rank flags are the general flags declared per_rank(), and no other", "[launcher]") {
   // What the handshake leaves out of its comparison (Note [Compared flags]): the rank's share, device,
-  // threads, identity, paths and logging.
+  // threads, identity, paths and logging. (--make-secret never reaches a handshake: it writes a file and exits.)
   const std::set<std::string> expected{
       "max-sentences", "max-sentences-valid", "update-freq", "balance-cap", "device-id", "cpu",
       "distributed-backend", "intra-op-threads", "num-workers", "memory-budget", "distributed-rank",
       "distributed-gpus", "distributed-no-spawn", "distributed-init-method", "distributed-world-size",
       "distributed-timeout", "rendezvous-timeout", "checkpoint-timeout", "data", "save-dir", "restore-file",
+      "distributed-secret-file",  // a path, which a node may mount elsewhere; the sealed store checks the secret
       "dump-sample-ids", "trace-dir", "tensorboard-logdir", "json-log", "user-dir", "log-format", "log-interval",
       "no-progress-bar", "log-all-ranks", "trace-ops", "help"};
   CHECK(hetseq::per_rank_flags() == expected);
