@@ -76,6 +76,7 @@ JobSecret JobSecret::load(const std::string& path, const std::string& flag) {
   }
   JobSecret s;
   s.path_ = path;
+  s.source_ = named(flag, path);
   if (text.size() != 64) {
     throw UsageError(fmt::format("{}: not a secret of hetseq-train --make-secret (64 hexadecimal digits on the "
                                  "first line; it holds {} characters)",

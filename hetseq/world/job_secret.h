@@ -22,12 +22,15 @@ class JobSecret {
   static void make(const std::string& path);
 
   const std::string& path() const { return path_; }
+  /// How the rank was given it, for a message: "--distributed-secret-file PATH" or "HETSEQ_SECRET_FILE=PATH".
+  const std::string& source() const { return source_; }
   /// A 32-byte key for `purpose` derived from the secret: HMAC-SHA256(secret, "hetseq/" + purpose). Keys of
   /// different purposes are unrelated, so the store's key says nothing of the one TLS uses.
   std::array<uint8_t, 32> derive(const std::string& purpose) const;
 
  private:
   std::string path_;
+  std::string source_;
   std::array<uint8_t, 32> bytes_{};
 };
 

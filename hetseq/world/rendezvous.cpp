@@ -93,7 +93,7 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
                                  e.what_without_backtrace()));
   }
   // Note [Sealed store]: with the job's secret, every key below (the handshake's, Gloo's, the fence's) is sealed.
-  if (options.secret) raw = c10::make_intrusive<SealedStore>(raw, options.secret->derive("store"), options.secret->path());
+  if (options.secret) raw = c10::make_intrusive<SealedStore>(raw, options.secret->derive("store"), options.secret->source());
   // The round's generation (Note [Rendezvous keys]): the first rank 0 to come sets it, every rank reads it.
   const std::string base = store_prefix(environment);
   try {

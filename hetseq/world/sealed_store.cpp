@@ -53,11 +53,11 @@ std::vector<uint8_t> bytes_of(int64_t n) {
 }  // namespace
 
 SealedStore::SealedStore(c10::intrusive_ptr<c10d::Store> inner, const std::array<uint8_t, 32>& key,
-                         std::string secret_file)
-    : Store(inner->getTimeout()), inner_(std::move(inner)), key_(key), secret_file_(std::move(secret_file)) {}
+                         std::string secret_source)
+    : Store(inner->getTimeout()), inner_(std::move(inner)), key_(key), secret_source_(std::move(secret_source)) {}
 
 c10::intrusive_ptr<c10d::Store> SealedStore::clone() {
-  return c10::make_intrusive<SealedStore>(inner_->clone(), key_, secret_file_);
+  return c10::make_intrusive<SealedStore>(inner_->clone(), key_, secret_source_);
 }
 
 std::vector<uint8_t> SealedStore::seal(const std::string& key, const std::vector<uint8_t>& plain) const {
@@ -84,9 +84,9 @@ std::vector<uint8_t> SealedStore::open(const std::string& key, const std::vector
   auto refuse = [&](const char* why) {
     return UsageError(fmt::format(
         "the rendezvous store holds a value under '{}' that was not sealed with this job's secret ({}; "
-        "--distributed-secret-file {}): this rank's secret file differs from rank 0's, or a process without the "
+        "{}): this rank's secret file differs from rank 0's, or a process without the "
         "job's secret wrote to the store; give every rank the same secret file",
-        key, why, secret_file_));
+        key, why, secret_source_));
   };
   if (sealed.size() < sizeof(kMagic) + kNonce + kTag || !std::equal(kMagic, kMagic + sizeof(kMagic), sealed.begin())) {
     throw refuse("not a sealed value");

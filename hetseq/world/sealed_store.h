@@ -13,12 +13,12 @@ namespace hetseq {
 /// A c10d::Store in front of another (a TCPStore, a FileStore) whose values it seals with AES-256-GCM under
 /// `key`, the key's name bound in: a value that was not sealed so (written by a process without the job's
 /// secret, or by a rank given another secret file) is never returned; get() throws hetseq::UsageError naming the
-/// key and `secret_file`. Counters (add) are sealed values too, updated by compare-and-set. Everything that
+/// key and `secret_source` (JobSecret::source(): the flag or variable and the file). Counters (add) are sealed values too, updated by compare-and-set. Everything that
 /// reads the store through it (the rendezvous, the handshake, Gloo's exchange of addresses, the save fence, the
 /// beats) reads only what the job wrote.
 class SealedStore final : public c10d::Store {
  public:
-  SealedStore(c10::intrusive_ptr<c10d::Store> inner, const std::array<uint8_t, 32>& key, std::string secret_file);
+  SealedStore(c10::intrusive_ptr<c10d::Store> inner, const std::array<uint8_t, 32>& key, std::string secret_source);
 
   c10::intrusive_ptr<c10d::Store> clone() override;
   using c10d::Store::set;
@@ -47,7 +47,7 @@ class SealedStore final : public c10d::Store {
  private:
   c10::intrusive_ptr<c10d::Store> inner_;
   std::array<uint8_t, 32> key_;
-  std::string secret_file_;
+  std::string secret_source_;
 };
 
 }  // namespace hetseq

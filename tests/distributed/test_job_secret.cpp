@@ -347,7 +347,7 @@ TEST_CASE("the sealed store seals every value, refuses one it did not seal and k
     other_key[i] = static_cast<uint8_t>(i + 1);
   }
   auto inner = c10::make_intrusive<c10d::HashStore>();
-  auto store = c10::make_intrusive<hetseq::SealedStore>(inner, key, "/path/job.secret");
+  auto store = c10::make_intrusive<hetseq::SealedStore>(inner, key, "--distributed-secret-file /path/job.secret");
 
   SECTION("a value round-trips, the inner store holds it sealed, each seal is new") {
     store->set("a", bytes("tcp://10.0.0.1:1234"));
@@ -388,9 +388,9 @@ TEST_CASE("the sealed store seals every value, refuses one it did not seal and k
     inner->set("b", inner->get("a"));
     CHECK_THAT(error_of<hetseq::UsageError>([&] { store->get("b"); }),
                Contains("under 'b' that was not sealed") && Contains("its seal does not verify"));
-    hetseq::SealedStore other(inner, other_key, "/path/other.secret");
+    hetseq::SealedStore other(inner, other_key, "HETSEQ_SECRET_FILE=/path/other.secret");
     CHECK_THAT(error_of<hetseq::UsageError>([&] { other.get("a"); }),
-               Contains("under 'a'") && Contains("--distributed-secret-file /path/other.secret"));
+               Contains("under 'a'") && Contains("HETSEQ_SECRET_FILE=/path/other.secret)"));
     const std::vector<uint8_t> sealed = store->seal("c", bytes("7"));
     CHECK(text(store->open("c", sealed)) == "7");
     for (size_t at = 4; at < sealed.size(); ++at) {  // the nonce, the value, the tag
