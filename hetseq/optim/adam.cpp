@@ -57,15 +57,22 @@ Adam::Adam(std::vector<torch::Tensor> params, const AdamOptions& options)
 
 namespace {
 
-/// fairseq's Adam, one _foreach_* call per operation: on a CPU bit-equal to the per-parameter form.
-void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<torch::Tensor>& params,
-                  const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
-                  std::vector<torch::Tensor>& exp_avg_sq) {
+/// The moments' update, m = beta1 m + (1 - beta1) g and v = beta2 v + (1 - beta2) g g; returns sqrt(v) [member],
+/// which both forms below turn into the denominator.
+std::vector<torch::Tensor> update_moments(const AdamOptions& o, const std::vector<torch::Tensor>& grads,
+                                          std::vector<torch::Tensor>& exp_avg, std::vector<torch::Tensor>& exp_avg_sq) {
   at::_foreach_mul_(exp_avg, o.beta1);
   at::_foreach_add_(exp_avg, grads, 1 - o.beta1);
   at::_foreach_mul_(exp_avg_sq, o.beta2);
   at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - o.beta2);
-  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);  // [member]
+  return at::_foreach_sqrt(exp_avg_sq);
+}
+
+/// fairseq's Adam, one _foreach_* call per operation: on a CPU bit-equal to the per-parameter form.
+void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<torch::Tensor>& params,
+                  const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
+                  std::vector<torch::Tensor>& exp_avg_sq) {
+  std::vector<torch::Tensor> denom = update_moments(o, grads, exp_avg, exp_avg_sq);  // [member]
   at::_foreach_add_(denom, o.eps);
 
   const auto t = static_cast<double>(step);
@@ -98,11 +105,7 @@ void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<tor
 void device_scalar_adam(const AdamOptions& o, const torch::Tensor* scalars, std::vector<torch::Tensor>& params,
                         const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& exp_avg,
                         std::vector<torch::Tensor>& exp_avg_sq) {
-  at::_foreach_mul_(exp_avg, o.beta1);
-  at::_foreach_add_(exp_avg, grads, 1 - o.beta1);
-  at::_foreach_mul_(exp_avg_sq, o.beta2);
-  at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - o.beta2);
-  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);  // [member]
+  std::vector<torch::Tensor> denom = update_moments(o, grads, exp_avg, exp_avg_sq);  // [member]
   at::_foreach_add_(denom, scalars[2]);
   if (o.weight_decay != 0) at::_foreach_add_(params, at::_foreach_mul(params, scalars[1]));
   std::vector<torch::Tensor> step = at::_foreach_mul(exp_avg, scalars[0]);  // [member]

@@ -316,31 +316,30 @@ void UnitGather::gather_root() {
   wait(root);
 }
 
-std::vector<torch::Tensor> UnitGather::parameter_digests() {
-  std::vector<torch::Tensor> out(params_.size());
+void UnitGather::visit_whole(const std::function<void(size_t param)>& visit) {
   for (size_t u = 0; u < units_.size(); ++u) {
     const bool root = u + 1 == units_.size();
     if (!root) acquire(u);
-    for (size_t p : units_[u].params) {
-      const torch::Tensor bytes = params_[p].detach().to(torch::kCPU).contiguous();
-      const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), static_cast<const Bytef*>(bytes.data_ptr()), bytes.nbytes());
-      out[p] = torch::tensor(static_cast<int64_t>(crc), torch::kInt64).reshape({1});
-    }
+    for (size_t p : units_[u].params) visit(p);
     if (!root) release(u);
   }
+}
+
+std::vector<torch::Tensor> UnitGather::parameter_digests() {
+  std::vector<torch::Tensor> out(params_.size());
+  visit_whole([&](size_t p) {
+    const torch::Tensor bytes = params_[p].detach().to(torch::kCPU).contiguous();
+    const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), static_cast<const Bytef*>(bytes.data_ptr()), bytes.nbytes());
+    out[p] = torch::tensor(static_cast<int64_t>(crc), torch::kInt64).reshape({1});
+  });
   return out;
 }
 
 std::vector<torch::Tensor> UnitGather::whole_parameters(bool keep) {
   std::vector<torch::Tensor> out(keep ? params_.size() : 0);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const bool root = u + 1 == units_.size();
-    if (!root) acquire(u);
-    if (keep) {
-      for (size_t p : units_[u].params) out[p] = params_[p].detach().to(torch::kCPU, false, /*copy=*/true);
-    }
-    if (!root) release(u);
-  }
+  visit_whole([&](size_t p) {
+    if (keep) out[p] = params_[p].detach().to(torch::kCPU, false, /*copy=*/true);
+  });
   return out;
 }
 

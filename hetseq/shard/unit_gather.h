@@ -70,6 +70,9 @@ class UnitGather final : public UnitRunner {
   int64_t held_bytes() const;
 
  private:
+  /// Gathers the units one at a time (the root as it is) and calls `visit` with each parameter while its unit is
+  /// whole: a collective.
+  void visit_whole(const std::function<void(size_t param)>& visit);
   // Where a unit's elements lie: [first, first + numel) of the flat space, at `offset` of its buffer.
   struct Interval {
     int64_t first = 0;

@@ -109,11 +109,9 @@ Rendezvous rendezvous(const RendezvousOptions& options) {
                                 out.rank, options.init_method, seconds(options.timeout)));
   }
   const std::vector<uint8_t> generation = raw->get(base + "generation");
-  // Rank 0 sealed the store and this rank has no secret (Note [Sealed store]: a sealed value starts "hsq1", a
-  // generation 'g'): one line now, rather than a wait for ranks that meet under another prefix.
-  const std::string sealed_magic = "hsq1";
-  if (!options.secret && generation.size() > sealed_magic.size() &&
-      std::equal(sealed_magic.begin(), sealed_magic.end(), generation.begin())) {
+  // Rank 0 sealed the store and this rank has no secret (a plain generation starts 'g'): one line now, rather
+  // than a wait for ranks that meet under another prefix.
+  if (!options.secret && SealedStore::looks_sealed(generation)) {
     throw UsageError(fmt::format("rank {}: the rendezvous store at '{}' is sealed with the job's secret and this rank "
                                  "was given none: give every rank the same --distributed-secret-file (or {})",
                                  out.rank, options.init_method, kSecretFileEnv));

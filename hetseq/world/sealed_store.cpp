@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 
 #include <memory>
+#include <optional>
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
@@ -88,7 +89,7 @@ std::vector<uint8_t> SealedStore::open(const std::string& key, const std::vector
         "job's secret wrote to the store; give every rank the same secret file",
         key, why, secret_source_));
   };
-  if (sealed.size() < sizeof(kMagic) + kNonce + kTag || !std::equal(kMagic, kMagic + sizeof(kMagic), sealed.begin())) {
+  if (sealed.size() < sizeof(kMagic) + kNonce + kTag || !looks_sealed(sealed)) {
     throw refuse("not a sealed value");
   }
   const uint8_t* nonce = sealed.data() + sizeof(kMagic);
@@ -110,43 +111,55 @@ std::vector<uint8_t> SealedStore::open(const std::string& key, const std::vector
   return plain;
 }
 
+bool SealedStore::looks_sealed(const std::vector<uint8_t>& value) {
+  return value.size() >= sizeof(kMagic) && std::equal(kMagic, kMagic + sizeof(kMagic), value.begin());
+}
+
 void SealedStore::set(const std::string& key, const std::vector<uint8_t>& value) { inner_->set(key, seal(key, value)); }
 
-std::vector<uint8_t> SealedStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
-                                             const std::vector<uint8_t>& desired) {
-  // The expected value is plain text here, sealed bytes there: compare the opened current value.
+std::optional<std::vector<uint8_t>> SealedStore::update(const std::string& key, const Change& change) {
   for (;;) {
+    std::optional<std::vector<uint8_t>> current;  // opened; none: the key is absent
     std::vector<uint8_t> current_sealed;
-    std::vector<uint8_t> current;
-    const bool present = inner_->check({key});
-    if (present) {
+    if (inner_->check({key})) {
       current_sealed = inner_->get(key);
       current = open(key, current_sealed);
     }
-    if ((!present && !expected.empty()) || (present && current != expected)) return present ? current : expected;
-    const std::vector<uint8_t> next = seal(key, desired);
-    if (inner_->compareSet(key, current_sealed, next) == next) return desired;
+    std::optional<std::vector<uint8_t>> next = change(current);
+    if (!next) return current;
+    // A fresh nonce makes the sealed bytes unique: the store hands them back only if they went in.
+    const std::vector<uint8_t> sealed = seal(key, *next);
+    if (inner_->compareSet(key, current_sealed, sealed) == sealed) return next;
   }
+}
+
+std::vector<uint8_t> SealedStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                             const std::vector<uint8_t>& desired) {
+  // c10d's answer: `desired` when it went in, else the current value (`expected` when the key is absent).
+  const auto after = update(key, [&](const std::optional<std::vector<uint8_t>>& current)
+                                     -> std::optional<std::vector<uint8_t>> {
+    if (current ? *current != expected : !expected.empty()) return std::nullopt;
+    return desired;
+  });
+  return after ? *after : expected;
 }
 
 std::vector<uint8_t> SealedStore::get(const std::string& key) { return open(key, inner_->get(key)); }
 
 int64_t SealedStore::add(const std::string& key, int64_t value) {
-  for (;;) {
-    std::vector<uint8_t> current_sealed;
-    int64_t current = 0;
-    if (inner_->check({key})) {
-      current_sealed = inner_->get(key);
-      const std::vector<uint8_t> text = open(key, current_sealed);
+  int64_t sum = 0;
+  update(key, [&](const std::optional<std::vector<uint8_t>>& current) -> std::optional<std::vector<uint8_t>> {
+    sum = value;
+    if (current) {
       try {
-        current = std::stoll(std::string(text.begin(), text.end()));
+        sum += std::stoll(std::string(current->begin(), current->end()));
       } catch (const std::exception&) {
         throw UsageError(fmt::format("the rendezvous store's counter '{}' holds no number", key));
       }
     }
-    const std::vector<uint8_t> next = seal(key, bytes_of(current + value));
-    if (inner_->compareSet(key, current_sealed, next) == next) return current + value;
-  }
+    return bytes_of(sum);
+  });
+  return sum;
 }
 
 bool SealedStore::deleteKey(const std::string& key) { return inner_->deleteKey(key); }
@@ -163,16 +176,11 @@ void SealedStore::setTimeout(const std::chrono::milliseconds& timeout) {
 }
 
 void SealedStore::append(const std::string& key, const std::vector<uint8_t>& value) {
-  for (;;) {
-    std::vector<uint8_t> current_sealed, current;
-    if (inner_->check({key})) {
-      current_sealed = inner_->get(key);
-      current = open(key, current_sealed);
-    }
-    current.insert(current.end(), value.begin(), value.end());
-    const std::vector<uint8_t> next = seal(key, current);
-    if (inner_->compareSet(key, current_sealed, next) == next) return;
-  }
+  update(key, [&](const std::optional<std::vector<uint8_t>>& current) -> std::optional<std::vector<uint8_t>> {
+    std::vector<uint8_t> next = current.value_or(std::vector<uint8_t>{});
+    next.insert(next.end(), value.begin(), value.end());
+    return next;
+  });
 }
 
 std::vector<std::vector<uint8_t>> SealedStore::multiGet(const std::vector<std::string>& keys) {

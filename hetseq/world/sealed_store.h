@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +45,17 @@ class SealedStore final : public c10d::Store {
   std::vector<uint8_t> seal(const std::string& key, const std::vector<uint8_t>& plain) const;
   /// The value that `sealed` holds for `key`, or a UsageError when it was not sealed with this key for it.
   std::vector<uint8_t> open(const std::string& key, const std::vector<uint8_t>& sealed) const;
+  /// Whether `value` begins as a sealed value does (whoever's key sealed it): a rank without a secret reading a
+  /// sealed store can say so.
+  static bool looks_sealed(const std::vector<uint8_t>& value);
 
  private:
+  /// The next plain value of a key from its current one (none: absent); none: leave it.
+  using Change = std::function<std::optional<std::vector<uint8_t>>(const std::optional<std::vector<uint8_t>>&)>;
+  /// Compare-and-set over sealed values until `change`'s value goes in unraced (Note [Sealed store], "Counters");
+  /// returns the value the key holds after (none: absent).
+  std::optional<std::vector<uint8_t>> update(const std::string& key, const Change& change);
+
   c10::intrusive_ptr<c10d::Store> inner_;
   std::array<uint8_t, 32> key_;
   std::string secret_source_;

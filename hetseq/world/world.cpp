@@ -105,8 +105,7 @@ World::World(const WorldOptions& o)
       flag = std::string(kSecretFileEnv) + "=";
     }
     if (!secret_file.empty()) {
-      secret_ = std::make_shared<const JobSecret>(JobSecret::load(secret_file, flag));
-      rendezvous_.secret = secret_;
+      rendezvous_.secret = std::make_shared<const JobSecret>(JobSecret::load(secret_file, flag));
     }
   } else {
     rendezvous_.world_size = 1;

@@ -94,7 +94,6 @@ class World {
   bool debug_collectives_ = false;
   RendezvousOptions rendezvous_;
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
-  std::shared_ptr<const JobSecret> secret_;  // --distributed-secret-file, when given
   ProcessGroupOptions group_options() const;
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

@@ -55,31 +55,43 @@ struct Run {
   std::optional<hetseq::UpdateResult> last_read;
 };
 
-/// Tiny BERT on a shard of 64 sequences of 16 tokens: `warm` updates, then `counted` updates under an OpCounter,
-/// two micro-batches of 4 each, Adam (fused), clip 0.5.
-Run train(hetseq::Precision precision, bool read_loss, int warm, int counted) {
+/// Tiny BERT through the bert task (ReadingBertTask, `read_loss`) on a shard of 64 sequences of 16 tokens, under a
+/// Controller in a world of one with Adam (fused) at 1e-3, clip 0.5 and `precision`.
+struct TinyBert {
+  TinyBert(hetseq::Precision precision, bool read_loss) {
+    hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(64, 16, 4));
+    hetseq::bert::BertTaskOptions o;
+    o.data = dir.path();
+    o.config_file = hetseq::test::source_dir() + "/configs/bert-tiny.json";
+    o.config = hetseq::bert::read_bert_config(o.config_file);
+    o.max_pred_length = 4;
+    torch::manual_seed(1);
+    task = std::make_unique<ReadingBertTask>(o, read_loss);
+    auto model = task->build_model();
+    data = task->load_dataset("train");
+    hetseq::optim::AdamOptions adam;
+    adam.lr = 1e-3;
+    auto optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
+    hetseq::optim::FixedOptions fixed;
+    fixed.lrs = {1e-3};
+    auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
+    hetseq::ControllerOptions options;
+    options.clip_norm = 0.5;
+    options.precision = precision;
+    controller = std::make_unique<hetseq::Controller>(*task, model, std::move(optimizer), std::move(scheduler),
+                                                      std::make_shared<hetseq::LocalReducer>(), options);
+  }
   TempDir dir;
-  hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(64, 16, 4));
-  hetseq::bert::BertTaskOptions o;
-  o.data = dir.path();
-  o.config_file = hetseq::test::source_dir() + "/configs/bert-tiny.json";
-  o.config = hetseq::bert::read_bert_config(o.config_file);
-  o.max_pred_length = 4;
-  torch::manual_seed(1);
-  ReadingBertTask task(o, read_loss);
-  auto model = task.build_model();
-  auto data = task.load_dataset("train");
-  hetseq::optim::AdamOptions adam;
-  adam.lr = 1e-3;
-  auto optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
-  hetseq::optim::FixedOptions fixed;
-  fixed.lrs = {1e-3};
-  auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
-  hetseq::ControllerOptions options;
-  options.clip_norm = 0.5;
-  options.precision = precision;
-  hetseq::Controller controller(task, model, std::move(optimizer), std::move(scheduler),
-                                std::make_shared<hetseq::LocalReducer>(), options);
+  std::unique_ptr<ReadingBertTask> task;
+  std::shared_ptr<hetseq::Dataset> data;
+  std::unique_ptr<hetseq::Controller> controller;
+};
+
+/// TinyBert: `warm` updates, then `counted` updates under an OpCounter, two micro-batches of 4 each.
+Run train(hetseq::Precision precision, bool read_loss, int warm, int counted) {
+  TinyBert bert(precision, read_loss);
+  auto& data = bert.data;
+  auto& controller = *bert.controller;
   // Collated before the count, as the loader's threads would (their reads of host data are not the update's).
   std::vector<std::vector<Batch>> batches;  // [update][micro-batch]
   for (int u = 0; u < warm + counted; ++u) {
@@ -186,27 +198,9 @@ TEST_CASE("A steady-state update of tiny BERT runs the same operators on the sam
           "[bert][train][sync]") {
   // The ground a CUDA graph stands on (Note [CUDA-graph updates]): with batches of one shape, every update after the
   // first ones must launch the same work. Three updates after two warm ones, recorded apart.
-  TempDir dir;
-  hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(64, 16, 4));
-  hetseq::bert::BertTaskOptions o;
-  o.data = dir.path();
-  o.config_file = hetseq::test::source_dir() + "/configs/bert-tiny.json";
-  o.config = hetseq::bert::read_bert_config(o.config_file);
-  o.max_pred_length = 4;
-  torch::manual_seed(1);
-  ReadingBertTask task(o, false);
-  auto model = task.build_model();
-  auto data = task.load_dataset("train");
-  hetseq::optim::AdamOptions adam;
-  adam.lr = 1e-3;
-  auto optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
-  hetseq::optim::FixedOptions fixed;
-  fixed.lrs = {1e-3};
-  auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
-  hetseq::ControllerOptions options;
-  options.clip_norm = 0.5;
-  hetseq::Controller controller(task, model, std::move(optimizer), std::move(scheduler),
-                                std::make_shared<hetseq::LocalReducer>(), options);
+  TinyBert bert(hetseq::Precision::kFloat32, /*read_loss=*/false);
+  auto& data = bert.data;
+  auto& controller = *bert.controller;
   auto batch_of = [&](int u) {
     std::vector<int64_t> rows;
     for (int i = 0; i < 8; ++i) rows.push_back((u * 8 + i) % 64);

@@ -6,25 +6,9 @@
 #include <hetseq/hetseq.h>
 #include <hetseq/task/model_units.h>
 
+#include "points_data.h"
+
 namespace {
-
-// `points` points in 6 dimensions, drawn from a fixed seed, labelled by the sign of their sum.
-class PointsData : public hetseq::Dataset {
- public:
-  explicit PointsData(int64_t points) {
-    torch::manual_seed(11);
-    x_ = torch::randn({points, 6});
-    y_ = (x_.sum(1) > 0).to(torch::kLong);
-  }
-  int64_t size() const override { return y_.size(0); }
-  hetseq::Batch collate(const std::vector<int64_t>& indices) const override {
-    const torch::Tensor i = torch::tensor(indices, torch::kLong);
-    return {{{"x", x_.index_select(0, i)}, {"y", y_.index_select(0, i)}}, static_cast<int64_t>(indices.size())};
-  }
-
- private:
-  torch::Tensor x_, y_;  // [points, 6], [points]
-};
 
 struct BnUnitsNetImpl : torch::nn::Module, hetseq::ShardableModel {
   BnUnitsNetImpl() {
@@ -57,15 +41,10 @@ class BnUnitsTask : public hetseq::ModelTask<BnUnitsNetImpl> {
   explicit BnUnitsTask(int64_t points) : points_(points) {}
   std::shared_ptr<BnUnitsNetImpl> make_model() override { return std::make_shared<BnUnitsNetImpl>(); }
   std::shared_ptr<hetseq::Dataset> load_dataset(const std::string& split) override {
-    return std::make_shared<PointsData>(split == "train" ? points_ : 30);
+    return std::make_shared<hetseq::test::PointsData>(split == "train" ? points_ : 30, 11);
   }
   hetseq::StepOutput loss(BnUnitsNetImpl& model, const hetseq::Batch& batch) override {
-    namespace F = torch::nn::functional;
-    hetseq::StepOutput out;
-    out.loss = F::cross_entropy(model.forward(batch.at("x")), batch.at("y"),
-                                F::CrossEntropyFuncOptions().reduction(torch::kSum));
-    out.sample_size = static_cast<double>(batch.num_samples);
-    return out;
+    return hetseq::test::points_loss(model.forward(batch.at("x")), batch);
   }
 
  private:
