@@ -4,6 +4,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/format.h"
+#include "hetseq/shard/sharding_policy.h"
 
 namespace hetseq {
 
@@ -22,20 +23,6 @@ void OptimizationOptions::validate() const {
   }
 }
 
-// --zero-sharding os+grad and full reduce plain sums of buckets to their owners (Note [Sharded gradients]): the
-// comm hooks, the shared-memory path and unused parameters belong to the allreduce reducer.
-void DistributedOptions::validate() const {
-  if (!shards_gradients(zero_sharding)) return;
-  const std::string mode = to_string(zero_sharding);
-  auto refuse = [&mode](const std::string& what) {
-    throw UsageError(fmt::format("--zero-sharding {}: {}; each bucket is summed to the rank that owns it", mode, what));
-  };
-  if (ddp.comm_hook != CommHook::kNone) {
-    refuse(fmt::format("--ddp-comm-hook {} is not supported with it, use --ddp-comm-hook none",
-                       to_string(ddp.comm_hook)));
-  }
-  if (ddp.find_unused_parameters) refuse("--find-unused-parameters is not supported with it");
-  if (ddp.shared_memory == SharedMemoryReduceMode::kOn) refuse("--shared-memory-reduce on is not supported with it");
-}
+void DistributedOptions::validate() const { ShardingPolicy::check_options(zero_sharding, ddp); }
 
 }  // namespace hetseq

@@ -89,8 +89,9 @@ struct DistributedOptions {
   std::optional<int64_t> memory_budget_bytes;
 
   /// Throws hetseq::UsageError naming the flags of a combination the sharding cannot honour (--zero-sharding
-  /// os+grad with a comm hook, --find-unused-parameters or --shared-memory-reduce on); `ddp` checks its own
-  /// values (DdpOptions::validate). Called once, where the options come in.
+  /// os+grad or full with a comm hook, --find-unused-parameters or --shared-memory-reduce on:
+  /// ShardingPolicy::check_options); `ddp` checks its own values (DdpOptions::validate). Called once, where the
+  /// options come in.
   void validate() const;
 };
 

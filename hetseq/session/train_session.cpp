@@ -78,7 +78,7 @@ TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, st
 
 TrainSession::TrainSession(const TrainOptions& options, std::map<std::string, std::string> compared,
                            const TaskFactory& make_task, World& world)
-    : o_(options), world_(world) {
+    : o_(options), world_(world), sharding_(options.distributed.zero_sharding, world.distributed()) {
   if (o_.dataset.max_sentences.size() != 1) {
     throw UsageError(fmt::format("--max-sentences: {} values given for the 1 worker of this process",
                                  o_.dataset.max_sentences.size()));
@@ -156,7 +156,7 @@ void TrainSession::build_model(const TaskFactory& make_task) {
                                  ck.restore_file, restore_path_));
   }
   // Under full the model is whole on this rank only until it is sharded: its digest now, for the start's check.
-  if (shards_parameters(o_.distributed.zero_sharding) && world_.distributed()) {
+  if (sharding_.gathers_parameters()) {
     Checkpoint whole;
     whole.model = model_tensors(*model_);
     whole_model_crc_ = detail::training_state_checksum(whole);
@@ -247,30 +247,17 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   ddp.shared_memory_timeout = o_.distributed.world.timeout;
   // A resumed run reduces in the layout the saved run had (Note [Bucketed reduction]).
   if (resumed_) ddp.initial_buckets = resumed_->bucket_layout;
-  if (shards_gradients(o_.distributed.zero_sharding)) {
-    check_gradient_sharding();
+  if (sharding_.sums_gradients_to_owners()) {
+    sharding_.check_parameters(model_->parameters(), o_.common.task);
     return;  // the sharding strategy builds its own reducer (Note [Sharded gradients])
   }
   reducer_ = std::make_shared<DistributedReducer>(*model_, world_.group(), ddp);
 }
 
-// --zero-sharding os+grad and full hook every parameter's gradient accumulator (Note [Sharded gradients]); the
-// flags they cannot honour were refused where they came in (DistributedOptions::validate).
-void TrainSession::check_gradient_sharding() const {
-  const std::string mode = to_string(o_.distributed.zero_sharding);
-  for (const auto& p : model_->parameters()) {
-    if (!p.requires_grad()) {
-      throw UsageError(fmt::format("--zero-sharding {}: task {}'s model has a parameter that takes no gradient; "
-                                   "every parameter must take one under {} (use os)",
-                                   mode, o_.common.task, mode));
-    }
-  }
-}
-
 // --zero-sharding full: which unit holds each parameter, and the units' own process group (Note [Sharded
 // parameters]).
 void TrainSession::add_units(ShardingOptions& sharding) const {
-  if (!shards_parameters(sharding.mode) || !world_.distributed()) return;
+  if (!sharding_.gathers_parameters()) return;
   sharding.unit_of = parameter_units(*model_);
   sharding.unit_group = world_.role_group("unit-gather");
   auto* shardable = dynamic_cast<ShardableModel*>(model_.get());
@@ -291,7 +278,7 @@ void TrainSession::build_controller() {
   // --zero-sharding (Note [Sharded optimizer state]): the budget is this rank's --memory-budget or free
   // memory, as the memory check read it.
   ShardingOptions sharding;
-  sharding.mode = o_.distributed.zero_sharding;
+  sharding.mode = sharding_.mode();
   sharding.budget_bytes = memory_[static_cast<size_t>(world_.rank())].budget_bytes;
   sharding.json = o_.common.log_format == LogFormat::kJson;
   sharding.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));

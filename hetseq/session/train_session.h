@@ -8,6 +8,7 @@
 #include "hetseq/balance/auto_balancer.h"
 #include "hetseq/shard/memory_fit.h"
 #include "hetseq/shard/sharding_factory.h"
+#include "hetseq/shard/sharding_policy.h"
 #include "hetseq/balance/sit_out_roster.h"
 #include "hetseq/checkpoint/checkpoint.h"
 #include "hetseq/train/checkpointer.h"
@@ -57,8 +58,6 @@ class TrainSession {
   void load_data();
   void join(const std::map<std::string, std::string>& compared);
   void build_controller();
-  /// Throws hetseq::UsageError where the model cannot go under --zero-sharding os+grad.
-  void check_gradient_sharding() const;
   void add_units(ShardingOptions& sharding) const;
   void resume(const std::map<std::string, std::string>& compared);
   int64_t probe_cap(int64_t batch_size);
@@ -75,6 +74,7 @@ class TrainSession {
 
   const TrainOptions& o_;
   World& world_;
+  const ShardingPolicy sharding_;  // --zero-sharding in this world: what the session asks of it
   std::unique_ptr<Task> task_;
   std::shared_ptr<torch::nn::Module> model_;
   int64_t num_params_ = 0;

@@ -53,7 +53,7 @@ int64_t TrainSession::probe_cap(int64_t batch_size) {
 RankMemoryBudget TrainSession::measure_memory(int64_t batch_size) {
   const DistributedOptions& d = o_.distributed;
   RankMemoryBudget m;
-  if (!d.memory_budget_bytes && !(shards_state(d.zero_sharding) && world_.distributed())) return m;
+  if (!d.memory_budget_bytes && !sharding_.steps_shards()) return m;
   m.from_free_memory = !d.memory_budget_bytes;
   m.budget_bytes = d.memory_budget_bytes ? *d.memory_budget_bytes : free_memory_bytes(world_.device());
   m.micro_batch = o_.balance.caps.empty() || o_.balance.caps[0] <= 0 ? batch_size
@@ -82,7 +82,7 @@ void TrainSession::check_memory() {
     return;
   }
   MemoryFitOptions m;
-  m.sharding = world_.distributed() ? o_.distributed.zero_sharding : ZeroSharding::kNone;
+  m.sharding = sharding_.counted_in_memory();
   m.num_params = num_params_;
   m.element_bytes = static_cast<int64_t>(model_->parameters().front().element_size());
   const auto optimizer = o_.optimization.make_optimizer(model_->parameters());  // asked, never stepped
@@ -92,7 +92,7 @@ void TrainSession::check_memory() {
   m.gather = ShardedOptimizerOptions{}.gather;
   m.bucket_bytes = static_cast<int64_t>(o_.distributed.ddp.bucket_cap_mb * (1 << 20));
   m.ranks = memory_;
-  if (shards_parameters(m.sharding)) {
+  if (sharding_.gathers_parameters()) {
     const UnitSizes sizes = unit_sizes(model_->parameters(), parameter_units(*model_));
     m.root_numel = sizes.root;
     m.largest_unit_numel = sizes.largest;

@@ -54,7 +54,7 @@ void TrainSession::add_observers() {
 // Why no rank may sit out in this run (Note [Sharing an update]), or "" where ranks may.
 std::string TrainSession::sit_out_refused() const {
   if (!o_.balance.auto_balance || !world_.distributed()) return "no --auto-balance";
-  if (shards_state(o_.distributed.zero_sharding)) return "--zero-sharding: every rank steps its shard";
+  if (sharding_.steps_shards()) return "--zero-sharding: every rank steps its shard";
   if (o_.distributed.ddp.find_unused_parameters) return "--find-unused-parameters: every rank counts the used ones";
   if (o_.distributed.ddp.comm_hook == CommHook::kPowerSgd) return "--ddp-comm-hook powersgd: every rank keeps feedback";
   if (!std::dynamic_pointer_cast<DistributedReducer>(reducer_)) return "no distributed reducer";
