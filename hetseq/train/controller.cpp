@@ -82,7 +82,8 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std
     } else if (!options_.read_late) {
       why = "the update's values are read inside it (ControllerOptions::read_late is off)";
     } else {
-      graph_ = make_graph_capture(options_.device, why);
+      graph_ = options_.graph_capture ? options_.graph_capture(options_.device, why)
+                                      : make_graph_capture(options_.device, why);
     }
     if (graph_) {
       graph_state_ = GraphState::kWarmUp;
@@ -165,12 +166,8 @@ UpdateResult Controller::train_update(const std::vector<Batch>& micro_batches) {
   HETSEQ_ASSERT(!micro_batches.empty(), "an update with no micro-batches");
   if (graph_state_ == GraphState::kOff || !fits_graph(micro_batches)) return eager_update(micro_batches);
   switch (graph_state_) {
-    case GraphState::kWarmUp: {
-      UpdateResult result;
-      graph_->warm_up([&] { result = eager_update(micro_batches); });
-      if (++graph_warm_ups_ >= kGraphWarmUps) graph_state_ = GraphState::kCapture;
-      return result;
-    }
+    case GraphState::kWarmUp:
+      return warm_up_update(micro_batches);
     case GraphState::kCapture:
       return capture_update(micro_batches.front().to(options_.device));
     default:

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/Event.h>
@@ -16,6 +18,7 @@
 #include "hetseq/channel/collective_channel.h"
 #include "hetseq/reduce/gradient_reducer.h"
 #include "hetseq/shard/sharding_strategy.h"
+#include "hetseq/train/frozen_values.h"
 #include "hetseq/train/graph_capture.h"
 #include "hetseq/train/loss_scaler.h"
 #include "hetseq/train/gradient_clipping.h"
@@ -43,6 +46,8 @@ struct ControllerOptions {
   /// --cuda-graph: replay updates of one shape from a CUDA graph (Note [CUDA-graph updates]); where the
   /// run cannot be captured, one line says why and it trains uncaptured.
   bool cuda_graph = false;
+  /// Makes the capture object for --cuda-graph; empty: make_graph_capture. Tests pass a double.
+  GraphCaptureFactory graph_capture;
 };
 
 /// What one update did, after reduction over all ranks.
@@ -188,14 +193,19 @@ class Controller {
   UpdateResult eager_update(const std::vector<Batch>& micro_batches);
   /// Whether `micro_batches` can take the captured path: one non-empty micro-batch of the captured shape.
   bool fits_graph(const std::vector<Batch>& micro_batches);
+  /// An eager update on the capture stream before the capture; checks that the task's sample size follows the
+  /// batch's shape (Note [Values frozen at capture]).
+  UpdateResult warm_up_update(const std::vector<Batch>& micro_batches);
   /// Records the update's forward, backward and clipping on `batch`'s shape into graph_ (Note [CUDA-graph
   /// updates]), then trains `batch` by replaying it.
   UpdateResult capture_update(const Batch& batch);
-  /// One update by copying `batch` into the graph's inputs and replaying it; then the optimizer step.
+  /// One update by copying `batch` into the graph's inputs and replaying it, then the optimizer step; eager
+  /// instead, and from then on, when a value frozen at the capture changed (Note [Values frozen at capture]).
   UpdateResult replay_update(const Batch& batch);
-  /// A capture that threw: the graph is dropped, one line says why, and this update and every later one run
-  /// eagerly.
-  UpdateResult capture_failed(const Batch& batch, const std::string& why);
+  /// The graph is dropped and one line says why (`why`): this update and every later one train eagerly.
+  void graph_off(const std::string& why);
+  /// The values a captured update of `batch` would freeze, with the task's sample size `sample_size`.
+  FrozenValues graph_values(const Batch& batch, double sample_size);
   static constexpr int64_t kGraphWarmUps = 3;  // eager updates before the capture (Note [CUDA-graph updates])
   /// Whether this update's device values are read late: not under loss scaling, whose skip decision
   /// the host needs at once. See Note [Reading an update late].
@@ -246,6 +256,10 @@ class Controller {
   torch::Tensor graph_norm_;   // its gradient norm, likewise
   bool graph_shape_told_ = false;  // the line about a batch of another shape was printed
   int64_t graph_warm_ups_ = 0;     // eager warm-up updates run on the capture stream so far
+  /// The last warm-up's values and its update number: the sample size the task gave its shape (Note [Values
+  /// frozen at capture]).
+  std::optional<std::pair<FrozenValues, int64_t>> graph_seen_;
+  FrozenValues graph_frozen_;  // the captured update's, checked before every replay
 };
 
 }  // namespace hetseq

@@ -1,10 +1,31 @@
 // The Controller's updates from a CUDA graph (--cuda-graph): Note [CUDA-graph updates].
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
 #include "hetseq/train/controller.h"
 #include "hetseq/train/controller_detail.h"
 
 namespace hetseq {
+namespace {
+
+/// Why a graph cannot hold the task's sample size: `now` (update `update`) has the shape and sample count of the
+/// `seen` one (an earlier update of the task on the graph's path) and another sample size (Note [Values frozen
+/// at capture]); nothing where it can.
+std::optional<std::string> sample_size_varies(const std::optional<std::pair<FrozenValues, int64_t>>& seen,
+                                              const FrozenValues& now, int64_t update) {
+  if (!seen || seen->first.fields != now.fields || seen->first.num_samples != now.num_samples ||
+      seen->first.sample_size == now.sample_size) {
+    return std::nullopt;
+  }
+  return fmt::format("not captured: the task's sample size, the gradients' divisor, changed between batches of one "
+                     "shape and sample count ({} at update {}, {} at update {}), and a graph would freeze it",
+                     seen->first.sample_size, seen->second, now.sample_size, update);
+}
+
+}  // namespace
 
 // Note [CUDA-graph updates]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -31,18 +52,21 @@ namespace hetseq {
 //   multi-tensor launches; the forward and backward passes are the thousand-odd launches that a graph saves.
 // - the host statistics (sample_size, ...) are those of the captured update: the task's contract for static
 //   shapes is that they depend on the batch's shape only (BERT counts its masked tokens on the device then).
+//   The values a replay depends on are checked before each one (Note [Values frozen at capture]).
+// - falling back: a capture that throws anything (an operation not allowed while capturing, a failing end of the
+//   capture), a task whose sample size changes within one shape, and a value frozen at the capture that changed
+//   before a replay each drop the graph with one line saying why; that update and every later one train eagerly,
+//   and their results are not `replayed`.
+// - tests: the capture object is an interface (GraphCapture, ControllerOptions::graph_capture); a CPU test gives the
+//   Controller a double that records its calls and replays by running the captured work again
+//   (tests/train/test_graph_states.cpp).
 
 bool Controller::fits_graph(const std::vector<Batch>& micro_batches) {
   const Batch& batch = micro_batches.front();
   bool fits = micro_batches.size() == 1 && !batch.empty();
-  if (fits && graph_state_ == GraphState::kReplay) {
-    fits = batch.num_samples == graph_batch_.num_samples && batch.fields.size() == graph_batch_.fields.size();
-    for (const auto& [name, tensor] : graph_batch_.fields) {
-      const auto it = batch.fields.find(name);
-      fits = fits && it != batch.fields.end() && it->second.sizes() == tensor.sizes() &&
-             it->second.scalar_type() == tensor.scalar_type();
-    }
-  }
+  // The shapes only: a batch of the captured shape with another sample count is a changed sample size, which
+  // replay_update turns the graph off for (Note [Values frozen at capture]).
+  if (fits && graph_state_ == GraphState::kReplay) fits = field_shapes(batch) == graph_frozen_.fields;
   if (!fits && !graph_shape_told_) {
     graph_shape_told_ = true;
     log::info("[cuda-graph] update {} has {} micro-batch(es) of {} samples, not one of the captured shape: it and "
@@ -50,6 +74,41 @@ bool Controller::fits_graph(const std::vector<Batch>& micro_batches) {
               num_updates_ + 1, micro_batches.size(), batch.num_samples);
   }
   return fits;
+}
+
+FrozenValues Controller::graph_values(const Batch& batch, double sample_size) {
+  FrozenValues values;
+  values.fields = field_shapes(batch);
+  values.num_samples = batch.num_samples;
+  values.sample_size = sample_size;
+  values.clip_norm = options_.clip_norm;
+  values.gradients = data_pointers(sharding_->gradients());
+  values.parameters = data_pointers(model_->parameters());
+  return values;
+}
+
+void Controller::graph_off(const std::string& why) {
+  graph_state_ = GraphState::kOff;
+  graph_ = nullptr;
+  graph_batch_ = Batch();
+  graph_tensors_.clear();
+  graph_norm_ = torch::Tensor();
+  log::warn("[cuda-graph] {}; this update and every later one train uncaptured", why);
+}
+
+UpdateResult Controller::warm_up_update(const std::vector<Batch>& micro_batches) {
+  UpdateResult result;
+  graph_->warm_up([&] { result = eager_update(micro_batches); });
+  // The task ran on this shape: its sample size must be the one it gave the shape before (Note [Values frozen at
+  // capture]).
+  const FrozenValues seen = graph_values(micro_batches.front(), sum_or(result.sums, "sample_size"));
+  if (const auto varies = sample_size_varies(graph_seen_, seen, num_updates_)) {
+    graph_off(*varies);
+    return result;
+  }
+  graph_seen_.emplace(seen, num_updates_);
+  if (++graph_warm_ups_ >= kGraphWarmUps) graph_state_ = GraphState::kCapture;
+  return result;
 }
 
 UpdateResult Controller::capture_update(const Batch& batch) {
@@ -61,35 +120,50 @@ UpdateResult Controller::capture_update(const Batch& batch) {
   }
   model_->train();
   torch::manual_seed(detail::update_seed(options_.seed, num_updates_, options_.rank));
+  // The work reaches nothing on this stack: a capture object may keep it (a test's double replays by running it
+  // again).
+  auto work = [this] {
+    sharding_->optimizer().zero_grad();
+    LogSums local;
+    LogTensors local_tensors;
+    bool called = false;
+    const Task::Backward backward = [&](const StepOutput& step) {
+      detail::add_step(local, local_tensors, step);
+      called = true;
+      run_backward(step.loss, 0, 1, 1.0);
+    };
+    {
+      const AutocastGuard autocast(options_.device, options_.precision);
+      task_.train_step(*model_, graph_batch_, backward);
+    }
+    if (!called) {
+      throw InputError("--cuda-graph: the task's train_step returned without calling the Backward it was given");
+    }
+    UpdateResult captured;
+    captured.loss_scale = 1.0;
+    normalise_and_clip(sum_or(local, "sample_size"), captured);
+    graph_host_log_ = std::move(local);
+    graph_tensors_ = std::move(local_tensors);
+    graph_norm_ = late_norm_;
+  };
+  std::optional<std::string> failed;
   try {
-    graph_->capture([&] {
-      sharding_->optimizer().zero_grad();
-      LogSums local;
-      LogTensors local_tensors;
-      bool called = false;
-      const Task::Backward backward = [&](const StepOutput& step) {
-        detail::add_step(local, local_tensors, step);
-        called = true;
-        run_backward(step.loss, 0, 1, 1.0);
-      };
-      {
-        const AutocastGuard autocast(options_.device, options_.precision);
-        task_.train_step(*model_, graph_batch_, backward);
-      }
-      if (!called) {
-        throw InputError("--cuda-graph: the task's train_step returned without calling the Backward it was given");
-      }
-      UpdateResult captured;
-      captured.loss_scale = 1.0;
-      normalise_and_clip(sum_or(local, "sample_size"), captured);
-      graph_host_log_ = std::move(local);
-      graph_tensors_ = std::move(local_tensors);
-      graph_norm_ = late_norm_;
-    });
+    graph_->capture(work);
   } catch (const c10::Error& e) {
-    return capture_failed(batch, e.what_without_backtrace());
+    failed = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    return capture_failed(batch, e.what());
+    failed = e.what();
+  } catch (...) {
+    failed = "an exception that is not a std::exception";
+  }
+  if (failed) {
+    graph_off(fmt::format("not captured: the update could not be recorded ({})", *failed));
+    return eager_update({batch});
+  }
+  graph_frozen_ = graph_values(batch, sum_or(graph_host_log_, "sample_size"));  // the divisor the graph holds
+  if (const auto varies = sample_size_varies(graph_seen_, graph_frozen_, num_updates_ + 1)) {
+    graph_off(*varies);
+    return eager_update({batch});
   }
   graph_state_ = GraphState::kReplay;
   log::info("[cuda-graph] update {} captured: {} samples a batch, replayed from now on", num_updates_ + 1,
@@ -97,15 +171,13 @@ UpdateResult Controller::capture_update(const Batch& batch) {
   return replay_update(batch);
 }
 
-UpdateResult Controller::capture_failed(const Batch& batch, const std::string& why) {
-  graph_state_ = GraphState::kOff;
-  graph_ = nullptr;
-  graph_batch_ = Batch();
-  log::warn("[cuda-graph] not captured: the update could not be recorded ({}); training goes on uncaptured", why);
-  return eager_update({batch});
-}
-
 UpdateResult Controller::replay_update(const Batch& batch) {
+  // See Note [Values frozen at capture]: the sample size before a replay is the one its sample count gives.
+  if (const auto changed = changed_value(graph_frozen_, graph_values(batch, graph_frozen_.sample_size))) {
+    graph_off(fmt::format("update {} is not replayed, since a value frozen at the capture changed: {}",
+                          num_updates_ + 1, *changed));
+    return eager_update({batch});
+  }
   meters_.train_wall.start();
   model_->train();
   torch::manual_seed(detail::update_seed(options_.seed, num_updates_, options_.rank));

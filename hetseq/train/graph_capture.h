@@ -29,4 +29,9 @@ class GraphCapture {
 /// built without CUDA).
 std::unique_ptr<GraphCapture> make_graph_capture(const c10::Device& device, std::string& why);
 
+/// Makes the capture of a Controller's updates on a device, as make_graph_capture does (null, with the reason in
+/// `why`, where there can be none). ControllerOptions::graph_capture: tests hand the Controller a double that
+/// records its calls, so that its states run on a CPU (tests/train/test_graph_states.cpp).
+using GraphCaptureFactory = std::function<std::unique_ptr<GraphCapture>(const c10::Device& device, std::string& why)>;
+
 }  // namespace hetseq
