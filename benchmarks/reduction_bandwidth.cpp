@@ -3,7 +3,7 @@
 // started from the backward pass) with one raw allreduce of a flat buffer of the same size, over Gloo.
 //
 //   reduction-bandwidth --world-size W --rank R --store-file PATH [--model mnist | --numel N]
-//                       [--iters K] [--bucket-cap-mb B]
+//                       [--iters K] [--bucket-cap-mb B] [--master-host HOST] [--secret-file PATH]
 //
 // The gradient side times a backward pass whose compute is negligible (loss = sum of all parameters,
 // so every gradient is a tensor of ones) from its start to its return, which the Reducer delays until
@@ -11,6 +11,9 @@
 // before each timed step. Rank 0 prints one JSON line per side with the median time and
 //   algbw = bytes / time,   busbw = algbw * 2 (W - 1) / W
 // (the bus bandwidth of a ring allreduce, comparable across world sizes).
+// --master-host puts Gloo on the local address that routes to HOST (as hetseq-train does for its rendezvous host);
+// --secret-file runs Gloo's pairs over TLS with the job's identity (Note [Gloo over TLS]), for
+// benchmarks/gloo_tls_cost.sh. The file store itself is not sealed here: it only carries Gloo's addresses.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -22,6 +25,8 @@
 #include "hetseq/core/format.h"
 #include "hetseq/core/parse.h"
 #include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/world/gloo_tls.h"
+#include "hetseq/world/job_secret.h"
 #include "hetseq/world/process_group.h"
 #include "tasks/mnist/mnist_model.h"
 
@@ -44,7 +49,7 @@ double median(std::vector<double> v) {
 int run(int argc, char** argv) {
   int64_t world = 0, rank = -1, numel = 0, iters = 30;
   double bucket_cap_mb = 25;
-  std::string store_file, model_name = "mnist", shared_memory = "auto";
+  std::string store_file, model_name = "mnist", shared_memory = "auto", master_host, secret_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--world-size") world = hetseq::parse_int(flag, value);
@@ -55,6 +60,8 @@ int run(int argc, char** argv) {
     else if (flag == "--iters") iters = hetseq::parse_int(flag, value);
     else if (flag == "--bucket-cap-mb") bucket_cap_mb = hetseq::parse_double(flag, value);
     else if (flag == "--shared-memory-reduce") shared_memory = value;
+    else if (flag == "--master-host") master_host = value;
+    else if (flag == "--secret-file") secret_file = value;
     else throw hetseq::UsageError(fmt::format("unknown flag {}", flag));
   }
   if (world < 2 || rank < 0 || rank >= world || store_file.empty() || iters < 1) {
@@ -70,6 +77,10 @@ int run(int argc, char** argv) {
 
   auto store = c10::make_intrusive<c10d::FileStore>(store_file, static_cast<int>(world));
   hetseq::ProcessGroupOptions pg_options;
+  pg_options.master_host = master_host;
+  if (!secret_file.empty()) {
+    pg_options.tls = std::make_shared<const hetseq::GlooTls>(hetseq::JobSecret::load(secret_file, "--secret-file"));
+  }
   auto group = hetseq::make_process_group(store, rank, world, pg_options);
   hetseq::DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = bucket_cap_mb;

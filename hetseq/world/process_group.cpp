@@ -18,6 +18,7 @@
 
 #include "hetseq/core/error.h"
 #include "hetseq/core/logging.h"
+#include "hetseq/world/gloo_tls.h"
 
 namespace hetseq {
 namespace {
@@ -49,16 +50,22 @@ std::string local_address_towards(const std::string& host) {
 
 // Gloo's transport device: the interface GLOO_SOCKET_IFNAME names, else the local address that
 // routes to the rendezvous host, else Gloo's default (this host name's address).
-std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_host) {
+// With `tls`, the same place on Gloo's TCP_TLS transport (Note [Gloo over TLS]).
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_host, const GlooTls* tls) {
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(iface);
+    return tls ? tls->device("", iface) : c10d::ProcessGroupGloo::createDeviceForInterface(iface);
   }
   if (!master_host.empty()) {
     const std::string local = local_address_towards(master_host);
     if (!local.empty()) {
-      log::debug("[process-group] gloo on {} (towards {})", local, master_host);
-      return c10d::ProcessGroupGloo::createDeviceForHostname(local);
+      log::debug("[process-group] gloo on {} (towards {}){}", local, master_host, tls ? " over TLS" : "");
+      return tls ? tls->device(local, "") : c10d::ProcessGroupGloo::createDeviceForHostname(local);
     }
+  }
+  if (tls) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    return tls->device(host, "");
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
@@ -96,7 +103,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
               rank, world_size);
     auto check_options = c10d::ProcessGroupGloo::Options::create();
     check_options->timeout = options.timeout;
-    check_options->devices.push_back(gloo_device(options.master_host));
+    check_options->devices.push_back(gloo_device(options.master_host, options.tls.get()));
     auto check_store = c10::make_intrusive<c10d::PrefixStore>("debug", store);
     auto checker = c10::make_intrusive<c10d::ProcessGroupGloo>(check_store, static_cast<int>(rank),
                                                                 static_cast<int>(world_size), check_options);
@@ -106,7 +113,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const c10::intrusive_p
     if (options.backend == "gloo") {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create();
       gloo_options->timeout = options.timeout;
-      gloo_options->devices.push_back(gloo_device(options.master_host));
+      gloo_options->devices.push_back(gloo_device(options.master_host, options.tls.get()));
       auto backend = checked(c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank),
                                                                           static_cast<int>(world_size), gloo_options));
       group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);

@@ -3,10 +3,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "hetseq/world/gloo_tls.h"
 
 namespace hetseq {
 
@@ -27,6 +30,8 @@ struct ProcessGroupOptions {
   /// wrapper, whose checks run over a group of their own), given that backend; none when empty. The
   /// tests count the collectives the program asks for with one (tests/support/counting_backend.h).
   std::function<c10::intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>)> wrap_backend;
+  /// Gloo's pairs over mutual TLS with the job's identity (Note [Gloo over TLS]); none: plain TCP.
+  std::shared_ptr<const GlooTls> tls;
 };
 
 /// A c10d process group of `world_size` ranks over `store`, with the chosen backend registered for

@@ -18,6 +18,7 @@
 #include "hetseq/world/init_method.h"
 #include "hetseq/world/launcher.h"
 #include "hetseq/world/process_group.h"
+#include "hetseq/world/store_socket.h"
 
 namespace hetseq {
 namespace {
@@ -106,6 +107,12 @@ World::World(const WorldOptions& o)
     }
     if (!secret_file.empty()) {
       rendezvous_.secret = std::make_shared<const JobSecret>(JobSecret::load(secret_file, flag));
+      // Note [Gloo over TLS]: Gloo's pairs too, unless the ranks meet on this machine's loopback.
+      if (method.kind == InitMethod::Kind::kFile || !is_loopback_host(method.host)) {
+        tls_ = std::make_shared<const GlooTls>(*rendezvous_.secret);
+        log::info("[process-group] Gloo's connections over TLS 1.3, both ends proving the job's key (derived from {})",
+                  rendezvous_.secret->path());
+      }
     }
   } else {
     rendezvous_.world_size = 1;
@@ -141,6 +148,7 @@ ProcessGroupOptions World::group_options() const {
   pg.timeout = timeout_;
   pg.master_host = master_host_;
   pg.debug_collectives = debug_collectives_;
+  pg.tls = tls_;
   return pg;
 }
 

@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include "hetseq/world/handshake.h"
+#include "hetseq/world/gloo_tls.h"
 #include "hetseq/world/job_secret.h"
 #include "hetseq/world/process_group.h"
 #include "hetseq/world/rendezvous.h"
@@ -94,6 +95,7 @@ class World {
   bool debug_collectives_ = false;
   RendezvousOptions rendezvous_;
   std::string master_host_;  // tcp:// and env:// hosts, for Gloo's interface
+  std::shared_ptr<const GlooTls> tls_;       // Gloo over TLS (Note [Gloo over TLS]), when used
   ProcessGroupOptions group_options() const;
   std::optional<Rendezvous> joined_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
