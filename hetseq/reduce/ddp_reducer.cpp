@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -104,6 +105,119 @@ std::string layout_problem(const std::vector<std::vector<int64_t>>& layout, size
 
 constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // as DDP's initial state broadcast
 
+// What a model gives the reducer: each tensor once (shared parameters are deduplicated), in the order of
+// named_parameters(), then buffers().
+struct ReducedTensors {
+  std::vector<torch::Tensor> params;       // [param] those that take a gradient: the reduced ones
+  std::vector<std::string> param_names;    // [param] their qualified names
+  std::vector<torch::Tensor> buffers;      // [buffer] detached, for broadcast_buffers
+  std::vector<torch::Tensor> state;        // every parameter and buffer, detached: what rank 0 broadcasts
+};
+
+ReducedTensors reduced_tensors(torch::nn::Module& model) {
+  ReducedTensors t;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    t.state.push_back(p.detach());
+    if (!p.requires_grad()) continue;
+    t.param_names.push_back(item.key());
+    t.params.push_back(p);
+  }
+  for (const auto& b : model.buffers()) {
+    if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
+    t.state.push_back(b.detach());
+    t.buffers.push_back(b.detach());
+  }
+  return t;
+}
+
+// Every rank starts from rank 0's model: a collective check that the ranks' tensors match in shape, then
+// rank 0's values broadcast over `state` in place.
+void start_from_rank0(const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::vector<torch::Tensor>& state,
+                      int64_t rank, int64_t world_size) {
+  try {
+    c10d::verify_params_across_processes(group, state, std::nullopt);
+  } catch (const c10::Error& e) {
+    throw InputError(fmt::format("rank {} of {}: the model's parameters or buffers differ from rank 0's: {}", rank,
+                                 world_size, e.what_without_backtrace()));
+  }
+  try {
+    torch::NoGradGuard no_grad;
+    c10d::broadcast_coalesced(group, state, kBroadcastBucketBytes, 0);
+  } catch (const std::exception& e) {
+    throw PeerError(fmt::format("rank {} of {}: broadcasting the model from rank 0 failed: {}", rank, world_size,
+                                 e.what()));
+  }
+}
+
+// The bucket caps of Note [Bucketed reduction], in bytes: --bucket-cap-mb, and the first bucket's.
+struct BucketCaps {
+  int64_t bytes = 0;
+  int64_t first_bytes = 0;
+};
+
+BucketCaps bucket_caps(double cap_mb) {
+  BucketCaps caps;
+  caps.bytes = std::max<int64_t>(1, std::llround(cap_mb * 1024.0 * 1024.0));
+  caps.first_bytes = std::min<int64_t>(caps.bytes, c10d::kDefaultFirstBucketBytes);
+  return caps;
+}
+
+// The first layout of Note [Bucketed reduction], [bucket][index in params]: `saved` (a resumed run's) when it
+// fits the parameters, otherwise (with a warning naming `rank` when one was given) the parameters from the
+// last to the first, cut by size.
+std::vector<std::vector<size_t>> first_bucket_layout(const std::vector<torch::Tensor>& params, BucketCaps caps,
+                                                     const std::vector<std::vector<int64_t>>& saved, int64_t rank) {
+  const size_t n = params.size();
+  std::vector<torch::Tensor> reversed(params.rbegin(), params.rend());
+  std::vector<int64_t> reversed_indices;  // [position in `reversed`] index in params
+  for (size_t i = n; i-- > 0;) reversed_indices.push_back(static_cast<int64_t>(i));
+  const std::vector<bool> dense(n, false);  // no parameter expects a sparse gradient
+  std::vector<std::vector<size_t>> buckets = std::get<0>(c10d::compute_bucket_assignment_by_size(
+      reversed, {static_cast<size_t>(caps.first_bytes), static_cast<size_t>(caps.bytes)}, dense, reversed_indices));
+  if (saved.empty()) return buckets;
+  if (const std::string why = layout_problem(saved, n); !why.empty()) {
+    log::warn("[reducer] rank {}: the saved bucket layout does not fit this model ({}); using the default one", rank,
+              why);
+    return buckets;
+  }
+  buckets.clear();
+  for (const auto& bucket : saved) buckets.emplace_back(bucket.begin(), bucket.end());
+  return buckets;
+}
+
+// The bytes of the shared-memory segment's slots for `params` cut into `buckets` (Note [Buckets in shared
+// memory]).
+struct SlotBytes {
+  // The largest bucket there can be: one of `buckets`, or a rebuilt one (at most the cap plus the tensor that
+  // crossed it), never more than all parameters.
+  size_t bound = 0;
+  // Room for every bucket in its place, whatever the layout: all the parameters, and up to 63 bytes of alignment
+  // per bucket (a bucket has a parameter at least).
+  size_t in_place = 0;
+};
+
+SlotBytes slot_bytes(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
+                     int64_t cap_bytes) {
+  auto bytes_of = [&](size_t i) { return static_cast<size_t>(params[i].numel()) * params[i].element_size(); };
+  size_t total = 0, largest = 0, largest_bucket = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    total += bytes_of(i);
+    largest = std::max(largest, bytes_of(i));
+  }
+  for (const auto& bucket : buckets) {
+    size_t b = 0;
+    for (auto i : bucket) b += bytes_of(static_cast<size_t>(i));
+    largest_bucket = std::max(largest_bucket, b);
+  }
+  SlotBytes slots;
+  slots.bound = std::min(total, std::max(largest_bucket, static_cast<size_t>(cap_bytes) + largest));
+  slots.in_place = total + 64 * params.size();
+  return slots;
+}
+
 }  // namespace
 
 DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_ptr<c10d::ProcessGroup> group,
@@ -114,79 +228,86 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   HETSEQ_ASSERT(group_, "DistributedReducer built without a process group");
   rank_ = group_->getRank();
   world_size_ = group_->getSize();
-
-  // The parameters to reduce, once each, and their names for error messages.
-  std::unordered_set<const c10::TensorImpl*> seen;
-  std::unordered_map<size_t, std::string> names;  // [param index] qualified name
-  std::vector<torch::Tensor> state;                // parameters and buffers, broadcast from rank 0
-  for (const auto& item : model.named_parameters()) {
-    const torch::Tensor& p = item.value();
-    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    state.push_back(p.detach());
-    if (!p.requires_grad()) continue;
-    names[params_.size()] = item.key();
-    param_names_.push_back(item.key());
-    params_.push_back(p);
-  }
-  for (const auto& b : model.buffers()) {
-    if (!b.defined() || !seen.insert(b.unsafeGetTensorImpl()).second) continue;
-    state.push_back(b.detach());
-    buffers_.push_back(b.detach());
-  }
+  ReducedTensors tensors = reduced_tensors(model);
+  params_ = std::move(tensors.params);
+  param_names_ = std::move(tensors.param_names);
+  buffers_ = std::move(tensors.buffers);
   if (params_.empty()) {
     throw InputError(fmt::format("rank {}: the model has no parameter that takes a gradient; nothing to train", rank_));
   }
-
-  try {
-    c10d::verify_params_across_processes(group_, state, std::nullopt);
-  } catch (const c10::Error& e) {
-    throw InputError(fmt::format("rank {} of {}: the model's parameters or buffers differ from rank 0's: {}", rank_,
-                                 world_size_, e.what_without_backtrace()));
-  }
-  try {
-    torch::NoGradGuard no_grad;
-    c10d::broadcast_coalesced(group_, state, kBroadcastBucketBytes, 0);
-  } catch (const std::exception& e) {
-    throw PeerError(fmt::format("rank {} of {}: broadcasting the model from rank 0 failed: {}", rank_, world_size_,
-                                 e.what()));
-  }
-
-  // See Note [Bucketed reduction] for the layout.
-  const auto cap_bytes = std::max<int64_t>(1, std::llround(options_.bucket_cap_mb * 1024.0 * 1024.0));
-  const auto first_cap_bytes = std::min<int64_t>(cap_bytes, c10d::kDefaultFirstBucketBytes);
-  const size_t n = params_.size();
-  std::vector<torch::Tensor> reversed(params_.rbegin(), params_.rend());
-  std::vector<int64_t> reversed_indices;  // [position in `reversed`] index in params_
-  for (size_t i = n; i-- > 0;) reversed_indices.push_back(static_cast<int64_t>(i));
-  const std::vector<bool> dense(n, false);  // no parameter expects a sparse gradient
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
-      reversed, {static_cast<size_t>(first_cap_bytes), static_cast<size_t>(cap_bytes)}, dense, reversed_indices);
-  if (!options_.initial_buckets.empty()) {
-    if (const std::string why = layout_problem(options_.initial_buckets, n); why.empty()) {
-      buckets.clear();
-      for (const auto& bucket : options_.initial_buckets) buckets.emplace_back(bucket.begin(), bucket.end());
-    } else {
-      log::warn("[reducer] rank {}: the saved bucket layout does not fit this model ({}); using the default one",
-                rank_, why);
-    }
-  }
+  start_from_rank0(group_, tensors.state, rank_, world_size_);
+  // The buckets: Note [Bucketed reduction].
+  const BucketCaps caps = bucket_caps(options_.bucket_cap_mb);
+  std::vector<std::vector<size_t>> buckets = first_bucket_layout(params_, caps, options_.initial_buckets, rank_);
   num_buckets_ = static_cast<int64_t>(buckets.size());
-  // --shared-memory-reduce (Note [Shared-memory reduction]): whether it can is the same on every rank (one
-  // model, one comm hook, all devices CPU or the flag is an error), so the collectives below run on all or none.
-  const bool all_cpu = std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
-  const auto shm_mode = options_.shared_memory;
-  const auto off_cpu =
-      std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  open_shared_memory(buckets, caps.bytes);
+  build_c10d_reducer(std::move(buckets), caps.bytes, caps.first_bytes);
+  register_bucket_hook();
+  update_group_ = group_;
+  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}{}, {}",
+             rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, caps.first_bytes,
+             to_string(options_.comm_hook),
+             shm_ ? fmt::format(" through shared memory (slots of {} bytes)", shm_->max_bytes()) : "",
+             options_.find_unused_parameters ? "finding unused parameters" : "every parameter used");
+}
+
+// --shared-memory-reduce (Note [Shared-memory reduction]): whether it can is the same on every rank (one model, one
+// comm hook, all devices CPU or the flag is an error), so the collectives of try_create run on all or none.
+void DistributedReducer::open_shared_memory(const std::vector<std::vector<size_t>>& buckets, int64_t cap_bytes) {
+  const bool all_cpu =
+      std::all_of(params_.begin(), params_.end(), [](const torch::Tensor& p) { return p.device().is_cpu(); });
+  const std::string off_cpu_error = all_cpu ? "" : off_cpu_refusal();
+  if (!shared_memory_wanted(all_cpu, off_cpu_error)) return;
+  const SlotBytes slots = slot_bytes(params_, buckets, cap_bytes);
   // Named in the caller's words: Note [Options in the user's words].
   const Naming naming = options_.naming;
   const auto& shm_option = kSharedMemoryOption;
-  const std::string shm_on = shm_option.set_to(naming, "on");
-  const std::string off_cpu_error =
-      all_cpu ? "" : fmt::format("{}: rank {} has parameters on {}; it sums CPU gradients only: use {} or {}", shm_on,
-                                 rank_, off_cpu->device().str(), shm_option.value(naming, "auto"),
-                                 shm_option.value(naming, "off"));
-  // With peers the check is collective (below), so that a CPU rank beside a GPU rank gets the usage error too, not
-  // a lost peer in the segment's collectives.
+  std::string why;
+  if (options_.shared_memory == SharedMemoryReduceMode::kOn) {
+    shm_ = SharedMemoryReduce::try_create(*group_, slots.bound, options_.shared_memory_timeout, all_cpu, &why, nullptr,
+                                          slots.in_place, naming);
+    if (!shm_) throw UsageError(all_cpu ? fmt::format("{}: {}", shm_option.set_to(naming, "on"), why) : off_cpu_error);
+  } else {
+    bool segment_failed = false;
+    shm_ = SharedMemoryReduce::try_create(*group_, slots.bound, options_.shared_memory_timeout, all_cpu, &why,
+                                          &segment_failed, slots.in_place, naming);
+    if (!shm_ && segment_failed) {
+      // The ranks could share memory but the segment could not be made: a slower run the user should hear of.
+      log::warn("[reducer] rank {}: the ranks of this machine cannot sum their gradients through shared memory "
+                "({}); they go through the process group instead, which is slower. Make room in /dev/shm, or pass "
+                "{} to choose that",
+                rank_, why, shm_option.set_to(naming, "off"));
+    } else if (!shm_) {
+      log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
+    }
+  }
+  if (shm_ && rank_ == 0) {
+    log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
+              "({}; {} bytes a slot)",
+              world_size_, shm_option.name(naming), shm_->max_bytes());
+  }
+}
+
+// --shared-memory-reduce on, refused for a rank with parameters off the CPU, in the caller's words.
+std::string DistributedReducer::off_cpu_refusal() const {
+  const Naming naming = options_.naming;
+  const auto& shm_option = kSharedMemoryOption;
+  const auto off_cpu =
+      std::find_if(params_.begin(), params_.end(), [](const torch::Tensor& p) { return !p.device().is_cpu(); });
+  return fmt::format("{}: rank {} has parameters on {}; it sums CPU gradients only: use {} or {}",
+                     shm_option.set_to(naming, "on"), rank_, off_cpu->device().str(), shm_option.value(naming, "auto"),
+                     shm_option.value(naming, "off"));
+}
+
+// Whether to try a shared-memory segment: --shared-memory-reduce on, or auto with comm hook none, with peers, in a
+// group whose collectives are not checked. Throws hetseq::UsageError where on cannot be (`off_cpu_error` in a world
+// of one, or a checked group).
+bool DistributedReducer::shared_memory_wanted(bool all_cpu, const std::string& off_cpu_error) const {
+  const auto shm_mode = options_.shared_memory;
+  const Naming naming = options_.naming;
+  const auto& shm_option = kSharedMemoryOption;
+  // With peers the check is collective (try_create), so that a CPU rank beside a GPU rank gets the usage error too,
+  // not a lost peer in the segment's collectives.
   if (shm_mode == SharedMemoryReduceMode::kOn && !all_cpu && world_size_ == 1) throw UsageError(off_cpu_error);
   // Note [Shared memory and --debug-collectives]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -202,9 +323,11 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   if (checked && shm_mode == SharedMemoryReduceMode::kOn) {
     throw UsageError(fmt::format("{} cannot be combined with {}: gradient buckets summed through shared memory bypass "
                                  "the checks of every collective; pass {} or {} with {}, or leave {}",
-                                 shm_on, checks, shm_option.set_to(naming, "auto"), shm_option.value(naming, "off"),
-                                 checks, naming == Naming::kPython ? "TORCH_DISTRIBUTED_DEBUG unset" : checks + " out"));
+                                 shm_option.set_to(naming, "on"), checks, shm_option.set_to(naming, "auto"),
+                                 shm_option.value(naming, "off"), checks,
+                                 naming == Naming::kPython ? "TORCH_DISTRIBUTED_DEBUG unset" : checks + " out"));
   }
+  // A world of one (a torchrun job shrunk to one node) has nothing to sum.
   const bool wanted = world_size_ > 1 && (shm_mode == SharedMemoryReduceMode::kOn ||
                                           (shm_mode == SharedMemoryReduceMode::kAuto &&
                                            options_.comm_hook == CommHook::kNone));
@@ -213,53 +336,16 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
               "shared memory ({})",
               checks, shm_option.set_to(naming, to_string(shm_mode)));
   }
-  // A world of one (a torchrun job shrunk to one node) has nothing to sum.
-  const bool try_shm = wanted && !checked;
-  if (try_shm) {
-    // Slots hold the largest bucket there can be: one of these, or a rebuilt one (at most the cap plus the
-    // tensor that crossed it), never more than all parameters.
-    auto bytes_of = [&](size_t i) { return static_cast<size_t>(params_[i].numel()) * params_[i].element_size(); };
-    size_t total = 0, largest = 0, largest_bucket = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      total += bytes_of(i);
-      largest = std::max(largest, bytes_of(i));
-    }
-    for (const auto& bucket : buckets) {
-      size_t b = 0;
-      for (auto i : bucket) b += bytes_of(static_cast<size_t>(i));
-      largest_bucket = std::max(largest_bucket, b);
-    }
-    const size_t bound = std::min(total, std::max(largest_bucket, static_cast<size_t>(cap_bytes) + largest));
-    // Room for every bucket in its place (Note [Buckets in shared memory]), whatever the layout: all the
-    // parameters, and up to 63 bytes of alignment per bucket (a bucket has a parameter at least).
-    const size_t in_place = total + 64 * params_.size();
-    if (shm_mode == SharedMemoryReduceMode::kOn) {
-      std::string why;
-      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why, nullptr,
-                                            in_place, naming);
-      if (!shm_) throw UsageError(all_cpu ? fmt::format("{}: {}", shm_on, why) : off_cpu_error);
-    } else {
-      std::string why;
-      bool segment_failed = false;
-      shm_ = SharedMemoryReduce::try_create(*group_, bound, options_.shared_memory_timeout, all_cpu, &why,
-                                            &segment_failed, in_place, naming);
-      if (!shm_ && segment_failed) {
-        // The ranks could share memory but the segment could not be made: a slower run the user should hear of.
-        log::warn("[reducer] rank {}: the ranks of this machine cannot sum their gradients through shared memory "
-                  "({}); they go through the process group instead, which is slower. Make room in /dev/shm, or pass "
-                  "{} to choose that",
-                  rank_, why, shm_option.set_to(naming, "off"));
-      } else if (!shm_) {
-        log::debug("[reducer] rank {}: gradients through the process group: {}", rank_, why);
-      }
-    }
-    if (shm_ && rank_ == 0) {
-      log::info("[reducer] the {} ranks, all on this machine, sum their gradients through shared memory "
-                "({}; {} bytes a slot)",
-                world_size_, shm_option.name(naming), shm_->max_bytes());
-    }
-  }
+  return wanted && !checked;
+}
 
+// LibTorch's c10d::Reducer over params_ in `buckets`, with the Logger it reports through; the shared-memory
+// segment learns the layout (and again after a rebuild: before_backward).
+void DistributedReducer::build_c10d_reducer(std::vector<std::vector<size_t>> buckets, int64_t cap_bytes,
+                                            int64_t first_cap_bytes) {
+  std::unordered_map<size_t, std::string> names;  // [param index] qualified name
+  for (size_t i = 0; i < param_names_.size(); ++i) names[i] = param_names_[i];
+  const std::vector<bool> dense(params_.size(), false);  // no parameter expects a sparse gradient
   reducer_ = std::make_shared<c10d::Reducer>(params_, std::move(buckets), group_, dense, cap_bytes,
                                              options_.find_unused_parameters,
                                              /*gradient_as_bucket_view=*/true, std::move(names), first_cap_bytes,
@@ -269,7 +355,12 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   // The Reducer reports errors and unused-parameter changes through a Logger it expects to exist.
   logger_ = std::make_shared<c10d::Logger>(reducer_);
   reducer_->set_logger(logger_);
-  if (shm_) shm_->set_bucket_layout(bucket_sizes());  // and again after a rebuild (before_backward)
+  if (shm_) shm_->set_bucket_layout(bucket_sizes());
+}
+
+// The comm hook that carries each bucket (--ddp-comm-hook, through shared memory where there is a segment), with
+// PowerSGD's state under powersgd.
+void DistributedReducer::register_bucket_hook() {
   if (options_.comm_hook == CommHook::kPowerSgd) {
     if (options_.find_unused_parameters) {
       // The Reducer's own allreduce of the used parameters would interleave with PowerSGD's chained
@@ -288,11 +379,6 @@ DistributedReducer::DistributedReducer(torch::nn::Module& model, c10::intrusive_
   auto hook = make_bucket_hook(group_, clock_, std::move(hook_options));
   hook_ = hook.get();
   reducer_->register_comm_hook(std::move(hook));
-  update_group_ = group_;
-  log::debug("[reducer] rank {}: {} parameters in {} buckets (cap {} MiB, first bucket {} bytes), comm hook {}{}, {}",
-             rank_, params_.size(), num_buckets_, options_.bucket_cap_mb, first_cap_bytes, to_string(options_.comm_hook),
-             shm_ ? fmt::format(" through shared memory (slots of {} bytes)", shm_->max_bytes()) : "",
-             options_.find_unused_parameters ? "finding unused parameters" : "every parameter used");
 }
 
 DistributedReducer::~DistributedReducer() = default;

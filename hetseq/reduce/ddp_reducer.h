@@ -97,6 +97,17 @@ class DistributedReducer final : public GradientReducer {
   /// With find_unused_parameters: resets the gradients of the parameters that no rank used in this
   /// update. See Note [Bucketed reduction].
   void forget_unused_gradients();
+  // The constructor's steps after the parameters are collected and broadcast, in order.
+  /// --shared-memory-reduce: shm_, where the ranks can sum `buckets` ([bucket][param]) through a segment; throws
+  /// hetseq::UsageError where `on` cannot be honoured. A collective where wanted. Note [Shared-memory reduction].
+  void open_shared_memory(const std::vector<std::vector<size_t>>& buckets, int64_t cap_bytes);
+  std::string off_cpu_refusal() const;
+  bool shared_memory_wanted(bool all_cpu, const std::string& off_cpu_error) const;
+  /// reducer_ and logger_ over params_ in `buckets` ([bucket][param]).
+  void build_c10d_reducer(std::vector<std::vector<size_t>> buckets, int64_t cap_bytes, int64_t first_cap_bytes);
+  /// The comm hook (and PowerSGD's state) on reducer_; throws hetseq::UsageError for powersgd with
+  /// find_unused_parameters.
+  void register_bucket_hook();
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   c10::intrusive_ptr<c10d::ProcessGroup> update_group_;  // the ranks that take part (set_members); group_ at first
