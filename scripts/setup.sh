@@ -5,7 +5,7 @@
 #     the Gloo headers (the torch wheel ships Gloo compiled in but not its headers),
 #     dataset-fashion-mnist (the default data of the main job), and for TensorBoard event files
 #     (--tensorboard-logdir) protobuf (its compiler and library) and Boost's header-only CRC;
-#     slurm-wlm and munge for the Slurm tests (tests/slurm/local_slurm.sh runs a cluster on this machine);
+#     slurm-wlm and munge for the Slurm tests (tests/cluster/local_slurm.sh runs a cluster on this machine);
 #     mount (losetup), e2fsprogs (mkfs.ext4) and util-linux (fsfreeze) for the slow-save test's frozen disk.
 #   - LibTorch from the pinned `torch` wheel on PyPI, in a virtual environment outside the checkout
 #     ($HETSEQ_HOME, default ~/.cache/hetseq), so that fresh clones and CI reuse it.

@@ -31,7 +31,7 @@ namespace hetseq {
 // goes with the last process that maps it, also after a crash. Before that, an allgather of a machine id (host
 // name, boot id and network namespace) checks that the ranks share the machine: two containers with one host
 // name are not one machine, and ranks in different network namespaces stand for different nodes (as
-// tests/distributed's two nodes do), so they talk over the network.
+// tests/world/test_two_nodes.cpp's two nodes do), so they talk over the network.
 //
 // The barrier is a count and a generation word in the header: the last rank to arrive resets the count,
 // bumps the generation and wakes the others, who wait on the generation word with a futex (shared between

@@ -40,7 +40,7 @@ namespace hetseq {
 // the clip factor is the global one on every rank, within float64 rounding of none's (the partial norms
 // are combined in another order), far below what changes its float32 value. The division, the clip and
 // the optimizer are elementwise (Note [Sharded optimizer state]), so the 3-process test
-// (tests/distributed/test_zero_sharding.cpp) finds the weights of none bit for bit after 30 Adam updates
+// (tests/shard/test_zero_sharding.cpp) finds the weights of none bit for bit after 30 Adam updates
 // with clipping. A parameter with no gradient on any rank gets a zero gradient (--find-unused-parameters is
 // refused).
 

@@ -51,7 +51,7 @@ namespace hetseq {
 // no longer match (Gloo: "Received data size doesn't match expected size"). So a pass's first unit frees every
 // unit still held before it gathers (release_all), and so does the update's end; the gradient that did not come
 // counts as zeros in its bucket (ShardReducer::finish_update), as under os+grad. Exact, at the cost of holding
-// such a unit until the next pass (tests/distributed/test_zero_sharding.cpp, the branch_units task).
+// such a unit until the next pass (tests/shard/test_zero_sharding.cpp, the branch_units task).
 //
 // The resume check. At start, the ranks compare a digest of their training state (the same checkpoint
 // everywhere). Under full the live parameters cannot show a difference: a rank restores only its shard, so ranks
@@ -64,7 +64,7 @@ namespace hetseq {
 //
 // Exact. The gathered values are the owners' shards, unchanged; the forward and backward passes compute what they
 // compute under none, on the same values; the gradients are summed as under os+grad, and the step is elementwise.
-// So on one machine the weights after k updates are none's bit for bit (tests/distributed/test_zero_sharding.cpp).
+// So on one machine the weights after k updates are none's bit for bit (tests/shard/test_zero_sharding.cpp).
 
 namespace {
 

@@ -2,10 +2,10 @@
 # A two-node Slurm cluster on this machine, for the Slurm tests: munged, slurmctld and two slurmd,
 # all run as root, with their key, configuration, state, logs and pid files under DIR.
 #
-#   tests/slurm/local_slurm.sh start DIR   writes DIR/slurm.conf, starts the daemons, waits (at most
+#   tests/cluster/local_slurm.sh start DIR   writes DIR/slurm.conf, starts the daemons, waits (at most
 #                                          60 s) until sinfo shows both nodes idle; prints the line
 #                                          SLURM_CONF=DIR/slurm.conf for the clients (srun, sbatch)
-#   tests/slurm/local_slurm.sh stop DIR    stops the daemons it started (by the pids in DIR/*.pid)
+#   tests/cluster/local_slurm.sh stop DIR    stops the daemons it started (by the pids in DIR/*.pid)
 #
 # The nodes are `localhost` (at 127.0.0.1) and `node2` (at 127.0.0.2, also this machine: Linux
 # answers on all of 127/8), one slurmd each (slurmd -N NAME), each with this machine's CPUs and

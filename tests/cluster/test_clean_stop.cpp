@@ -1,6 +1,6 @@
 // Level 2: hetseq-train as a cluster job sees it. SIGTERM to the launcher (scancel, preemption),
 // workers dying with their launcher, typed exit codes, a rank started twice,. See Note [Clean stops] and
-// Note [Rendezvous keys]; the checkpoint fence is tested in tests/distributed/test_rendezvous_keys.cpp (threads)
+// Note [Rendezvous keys]; the checkpoint fence is tested in tests/world/test_rendezvous_keys.cpp (threads)
 // and tests/cluster/test_slow_save.cpp (processes, a frozen filesystem).
 #include <dirent.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 // it blocks in the kernel exactly as on a stalled shared filesystem, for three times the collective
 // timeout, while rank 1 waits at the fence.
 // See Note [Checkpoint fence]; the fence's own cases (rank 0 failing, dying) are in
-// tests/distributed/test_rendezvous_keys.cpp. Needs root for the loop mount, as the Slurm test does.
+// tests/world/test_rendezvous_keys.cpp. Needs root for the loop mount, as the Slurm test does.
 #include <unistd.h>
 
 #include <regex>

@@ -1,4 +1,4 @@
-// hetseq-train under a real Slurm: tests/slurm/local_slurm.sh runs a two-node cluster on this machine
+// hetseq-train under a real Slurm: tests/cluster/local_slurm.sh runs a two-node cluster on this machine
 // (munged, slurmctld, a slurmd for `localhost` and one for `node2`), srun starts the workers with
 // no distributed flag, and scripts/slurm/hetseq.sbatch runs as a user would submit it. Needs root
 // and Debian's slurm-wlm (scripts/setup.sh): a cluster that does not start fails the test.
@@ -21,9 +21,10 @@
 using namespace hetseq::test;
 using namespace std::chrono_literals;
 
-namespace {
+// Its helpers and tests in a namespace of their own: the unity batch of tests/cluster/ has other free_port()s.
+namespace slurm_test {
 
-const std::string kLocalSlurm = source_dir() + "/tests/slurm/local_slurm.sh";
+const std::string kLocalSlurm = source_dir() + "/tests/cluster/local_slurm.sh";
 const std::string kBatchScript = source_dir() + "/scripts/slurm/hetseq.sbatch";
 
 int count_of(const std::string& text, const std::string& what) {
@@ -56,7 +57,7 @@ std::string free_port() {
   return std::to_string(ntohs(addr.sin_port));
 }
 
-// The cluster of tests/slurm/local_slurm.sh, stopped (daemons and leftover jobs) on destruction.
+// The cluster of tests/cluster/local_slurm.sh, stopped (daemons and leftover jobs) on destruction.
 class LocalSlurm {
  public:
   LocalSlurm() : start_(run_process({"/bin/bash", kLocalSlurm, "start", dir_.path()}, 120s)) {}
@@ -100,7 +101,7 @@ void check_one_model(const std::string& out, const std::string& err, int ranks, 
   CHECK(std::filesystem::exists(save_dir + "/checkpoint_last.pt"));
 }
 
-}  // namespace
+
 
 TEST_CASE("Slurm: srun --ntasks 2 trains one model with one worker per task and no distributed flag",
           "[slurm][multiprocess]") {
@@ -174,3 +175,5 @@ TEST_CASE("Slurm: scripts/slurm/hetseq.sbatch on two nodes with one task per nod
   CHECK(count_of(err, "[launcher] started 2 workers, ranks 0..1") == 1);
   CHECK(count_of(err, "[launcher] started 2 workers") == 1);
 }
+
+}  // namespace slurm_test

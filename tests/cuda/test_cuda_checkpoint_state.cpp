@@ -4,7 +4,7 @@
 // the run that did not stop. PowerSGD on CUDA gradient buckets (Note [PowerSGD in checkpoints]): two ranks as
 // threads on GPU 0 over Gloo gather their CUDA error feedback to rank 0, and a restored run continues bit for
 // bit. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h); the file format and the CPU side are
-// checked on the CPU (tests/checkpoint/test_checkpoint_state.cpp, tests/distributed/test_powersgd.cpp).
+// checked on the CPU (tests/checkpoint/test_checkpoint_state.cpp, tests/reduce/test_powersgd.cpp).
 #include <memory>
 #include <string>
 #include <vector>

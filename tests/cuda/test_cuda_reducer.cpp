@@ -1,7 +1,7 @@
 // The DistributedReducer with CUDA gradients (ranks as processes where a backward pass runs: Note [CUDA backward
 // needs a process per rank], support/rank_processes.h; as threads otherwise): --find-unused-parameters on
 // ranks as processes whose models live on GPU 0 and whose Gloo groups carry CUDA tensors (the GPU counterpart of
-// "find_unused_parameters: parameters unused on some or all ranks" in tests/distributed/test_ddp_reducer.cpp),
+// "find_unused_parameters: parameters unused on some or all ranks" in tests/reduce/test_ddp_reducer.cpp),
 // NCCL at world size 1, and --shared-memory-reduce with CUDA parameters. Skipped, visibly, where no CUDA device
 // is (see cuda/cuda_skip.h).
 #include <chrono>

@@ -1,6 +1,6 @@
 // Training on CUDA with real hetseq-train processes, each test the GPU counterpart of a CPU test: MNIST on
 // one GPU (tests/cli/test_train_cli.cpp), the weighted average with CUDA ranks and a CPU rank against one
-// process (tests/distributed/test_multiprocess.cpp), fp16 skipping and recovering and bf16
+// process (tests/world/test_multiprocess.cpp), fp16 skipping and recovering and bf16
 // (tests/train/test_mixed_precision_cli.cpp), and a stopped run resuming bit for bit with dropout drawn
 // from the CUDA generator (tests/checkpoint/test_resume.cpp). Several ranks share GPU 0 over Gloo with CUDA
 // tensors, so that one GPU runs them all. Skipped, visibly, where no CUDA device is (see cuda/cuda_skip.h).

@@ -331,7 +331,7 @@ TEST_CASE("A sharded checkpoint (os, os+grad or full, budgets 1:1:2) resumes und
   const auto os_10 = mnist_params_of(dir_os / "ck/checkpoint_last.pt");
   const auto full_10 = mnist_params_of(dir_full / "ck/checkpoint_last.pt");
   for (size_t i = 0; i < os_10.size(); ++i) CHECK(torch::equal(full_10[i], os_10[i]));
-  // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/distributed/
+  // The checkpoint keeps the optimizer's buffers in one shard file per rank (tests/shard/
   // test_sharded_checkpoint.cpp checks them); the file itself has the scalars. os+grad and full write the same.
   for (const auto* dir : {&dir_os, &dir_grad, &dir_full}) {
     const auto saved = hetseq::load_checkpoint(*dir / "ck/checkpoint_last.pt");

@@ -52,7 +52,7 @@ void SavePause::release(std::chrono::seconds deadline) const {
 // (SavePause::release, or a kill). Every file of a save counts: save_checkpoint writes the first name
 // (checkpoint_E_N.pt or checkpointE.pt) and copies it to the others (checkpoint_best.pt, checkpoint_last.pt),
 // so a save of two files is writes 2k-1 and 2k, and a test can hold the very write of checkpoint_last.pt;
-// with sharded optimizer state the shard files and manifests count too (tests/distributed/
+// with sharded optimizer state the shard files and manifests count too (tests/shard/
 // test_sharded_checkpoint.cpp lists a save's writes). Every later write goes through. The writes are counted
 // per process: a process forked from one with the hook (a launcher's forked worker) counts from zero.
 std::function<void(const std::filesystem::path&)> save_pause_hook(const std::string& spec) {
