@@ -96,9 +96,8 @@ void foreach_adam(const AdamOptions& o, double lr, int64_t step, std::vector<tor
 // is the foreach form's, operation for operation: m and v as there; denom = sqrt(v) + eps; the decay p + (-wd lr) p
 // as a product then a sum; the step (-step_size * m) / denom added to p, the order in which addcdiv evaluates
 // value * t1 / t2. So on a CPU the two forms are bit-equal (tests/optim/test_foreach_optimizers.cpp): the scalars
-// are the same roundings of the same doubles, to float64 for float64 members and to float32 for the others. Not
-// yet used by --cuda-graph, whose graph still ends before the step (Note [CUDA-graph updates]): the capture of the
-// step, with the fills before each replay, is for a session with a GPU.
+// are the same roundings of the same doubles, to float64 for float64 members and to float32 for the others.
+// --cuda-graph captures the kernels and fills the scalars before each replay: Note [The step in a CUDA graph].
 
 /// fairseq's Adam with its scalars in `scalars` ([3]: -step size, -weight_decay * lr, epsilon; zero-dimensional
 /// tensors of the members' compute type on their device).
@@ -139,30 +138,14 @@ bool fusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor
 }  // namespace
 
 void Adam::step() {
-  size_t group_index = 0;
-  apply_update([this, &group_index](UpdateGroup& group) {
+  if (options_.device_scalars) {
+    prepare_step();
+    run_step();
+    return;
+  }
+  apply_update([this](UpdateGroup& group) {
     std::vector<torch::Tensor> exp_avg = buffers(group, "exp_avg");        // [member]
     std::vector<torch::Tensor> exp_avg_sq = buffers(group, "exp_avg_sq");  // [member]
-    if (options_.device_scalars) {
-      const size_t first = 3 * group_index++;
-      // In the members' compute type: float64 for float64 members, float32 for the others (fp16 and bf16
-      // members are stepped in float32, Note [Update groups]).
-      const torch::TensorOptions like = group.params.front().options().dtype(
-          group.params.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-      while (scalars_.size() < first + 3) scalars_.push_back(torch::zeros({}, like));
-      for (size_t k = first; k < first + 3; ++k) {
-        if (scalars_[k].dtype() != like.dtype() || scalars_[k].device() != like.device()) {
-          scalars_[k] = torch::zeros({}, like);
-        }
-      }
-      const auto t = static_cast<double>(group.step);
-      const double step_size = lr() * std::sqrt(1 - std::pow(options_.beta2, t)) / (1 - std::pow(options_.beta1, t));
-      scalars_[first].fill_(-step_size);
-      scalars_[first + 1].fill_(-options_.weight_decay * lr());
-      scalars_[first + 2].fill_(options_.eps);
-      device_scalar_adam(options_, &scalars_[first], group.params, group.grads, exp_avg, exp_avg_sq);
-      return;
-    }
     if (!options_.fused) {
       foreach_adam(options_, lr(), group.step, group.params, group.grads, exp_avg, exp_avg_sq);
       return;
@@ -179,6 +162,64 @@ void Adam::step() {
     if (!fp.empty()) fused_adam(options_, lr(), group.step, fp, fg, fm, fv);
     if (!op.empty()) foreach_adam(options_, lr(), group.step, op, og, om, ov);
   });
+}
+
+// Note [The step in a CUDA graph]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A step has a host part and a device part. The host counts it (num_steps, each parameter's update count) and
+// works out its numbers (the step size from lr and the count, the decay factor, epsilon); the device runs the
+// kernels. A CUDA graph replays only the device part, with the addresses it was captured with, so under
+// device_scalars (Note [Adam from device scalars]) the two are apart: prepare_step() counts and fills the
+// scalars (fill_, outside any graph), run_step() runs the kernels that read them. --cuda-graph captures
+// run_step() with the update and calls prepare_step() before each replay (Note [CUDA-graph updates]): each
+// replay's step then has its own count and learning rate, and the host's counts stay those of an eager run (a
+// checkpoint saves them). Both walk the same groups in the same order (for_each_group; the layout depends on the
+// devices, dtypes, sizes and counts, which stay the same while every parameter takes a gradient every update),
+// so group k's kernels read the scalars that prepare_step filled for group k. step() is prepare_step() then
+// run_step(), bit-equal on a CPU to the foreach form.
+void Adam::prepare_step() {
+  HETSEQ_ASSERT(options_.device_scalars, "Adam::prepare_step without device_scalars");
+  count_step();
+  size_t group_index = 0;
+  for_each_group(
+      [this, &group_index](UpdateGroup& group) {
+        const size_t first = 3 * group_index++;
+        // In the members' compute type: float64 for float64 members, float32 for the others (fp16 and bf16
+        // members are stepped in float32, Note [Update groups]).
+        const torch::TensorOptions like = group.params.front().options().dtype(
+            group.params.front().scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
+        while (scalars_.size() < first + 3) scalars_.push_back(torch::zeros({}, like));
+        for (size_t k = first; k < first + 3; ++k) {
+          if (scalars_[k].dtype() != like.dtype() || scalars_[k].device() != like.device()) {
+            scalars_[k] = torch::zeros({}, like);
+          }
+        }
+        const auto t = static_cast<double>(group.step);
+        const double step_size = lr() * std::sqrt(1 - std::pow(options_.beta2, t)) / (1 - std::pow(options_.beta1, t));
+        scalars_[first].fill_(-step_size);
+        scalars_[first + 1].fill_(-options_.weight_decay * lr());
+        scalars_[first + 2].fill_(options_.eps);
+      },
+      /*copies=*/false);
+}
+
+void Adam::run_step() {
+  HETSEQ_ASSERT(options_.device_scalars, "Adam::run_step without device_scalars");
+  size_t group_index = 0;
+  for_each_group([this, &group_index](UpdateGroup& group) {
+    const size_t first = 3 * group_index++;
+    HETSEQ_ASSERT(first + 3 <= scalars_.size(), "Adam::run_step: group {} has no scalars (prepare_step first)",
+                  first / 3);
+    std::vector<torch::Tensor> exp_avg = buffers(group, "exp_avg");        // [member]
+    std::vector<torch::Tensor> exp_avg_sq = buffers(group, "exp_avg_sq");  // [member]
+    device_scalar_adam(options_, &scalars_[first], group.params, group.grads, exp_avg, exp_avg_sq);
+  });
+}
+
+std::vector<torch::Tensor> Adam::step_tensors() const {
+  std::vector<torch::Tensor> out = Optimizer::step_tensors();
+  out.insert(out.end(), scalars_.begin(), scalars_.end());
+  return out;
 }
 
 std::map<std::string, double> Adam::hyperparameters() const {

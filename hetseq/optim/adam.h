@@ -44,6 +44,16 @@ class Adam : public Optimizer {
 
   std::string name() const override { return "adam"; }
   void step() override;
+  /// With AdamOptions::device_scalars: prepare_step() fills the scalars of each group, run_step() runs the
+  /// kernels that read them (Note [The step in a CUDA graph]).
+  bool splits_step() const override { return options_.device_scalars; }
+  bool use_split_step() override {
+    options_.device_scalars = true;
+    return true;
+  }
+  void prepare_step() override;
+  void run_step() override;
+  std::vector<torch::Tensor> step_tensors() const override;
   std::map<std::string, double> hyperparameters() const override;
   void set_hyperparameter(const std::string& name, double value) override;
   const AdamOptions& options() const { return options_; }

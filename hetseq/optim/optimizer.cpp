@@ -140,9 +140,24 @@ void Optimizer::set_lr(double lr) {
 // (float for fp32, fp16, bf16), as the per-tensor kernels do. Adam's fused kernel is the exception that is
 // only close, not equal: see Note [Fused Adam].
 
+void Optimizer::prepare_step() { HETSEQ_ASSERT(false, "optimizer '{}' does not split its step", name()); }
+
+void Optimizer::run_step() { HETSEQ_ASSERT(false, "optimizer '{}' does not split its step", name()); }
+
+std::vector<torch::Tensor> Optimizer::step_tensors() const {
+  std::vector<torch::Tensor> out;  // [param][buffer name], flattened
+  for (const auto& buffers : buffers_) {
+    for (const auto& [buffer_name, value] : buffers) out.push_back(value);
+  }
+  return out;
+}
+
 void Optimizer::apply_update(const UpdateFn& update) {
-  torch::NoGradGuard no_grad;
-  ++num_steps_;
+  count_step();
+  for_each_group(update);
+}
+
+void Optimizer::count_step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& g = params_[i].grad();
     if (g.defined() && g.is_sparse()) {
@@ -151,6 +166,14 @@ void Optimizer::apply_update(const UpdateFn& update) {
                                    name(), i, shape_str(params_[i].sizes())));
     }
   }
+  ++num_steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].grad().defined()) ++param_steps_[i];
+  }
+}
+
+void Optimizer::for_each_group(const UpdateFn& update, bool copies) {
+  torch::NoGradGuard no_grad;
   // (device type, device index, compute dtype, update count) -> group. See Note [Update groups].
   using Key = std::tuple<int, int, int, int64_t>;
   std::map<Key, UpdateGroup> groups;
@@ -160,32 +183,32 @@ void Optimizer::apply_update(const UpdateFn& update) {
     torch::Tensor& p = params_[i];
     const torch::Tensor& g = p.grad();
     if (!g.defined()) continue;
-    ++param_steps_[i];
     const torch::ScalarType dtype = compute_dtype(p);
     const Key key{static_cast<int>(p.device().type()), static_cast<int>(p.device().index()), static_cast<int>(dtype),
                   param_steps_[i]};
     UpdateGroup& group = groups[key];
     group.step = param_steps_[i];
     group.index.push_back(i);
-    if (is_reduced_precision(p)) {
+    if (copies && is_reduced_precision(p)) {
       group.params.push_back(p.to(dtype));
       write_back[key].first.push_back(p);
       write_back[key].second.push_back(group.params.back());
     } else {
       group.params.push_back(p);
     }
-    group.grads.push_back(g.scalar_type() == dtype ? g : g.to(dtype));
+    group.grads.push_back(!copies || g.scalar_type() == dtype ? g : g.to(dtype));
   }
   for (auto& [key, group] : groups) {
     // [chunk] of members: one on a GPU, cache-sized ones on the CPU (see Note [Update groups]).
     const bool on_cpu = std::get<0>(key) == static_cast<int>(c10::DeviceType::CPU);
     const size_t n = group.index.size();
+    // In the compute dtype, with or without the copies: the same chunks either way.
+    const size_t item = c10::elementSize(static_cast<torch::ScalarType>(std::get<2>(key)));
+    const auto bytes_of = [&](size_t k) { return static_cast<size_t>(group.params[k].numel()) * item; };
     for (size_t begin = 0, end = 0; begin < n; begin = end) {
-      size_t bytes = group.params[begin].nbytes();
+      size_t bytes = bytes_of(begin);
       end = begin + 1;
-      while (end < n && (!on_cpu || bytes + group.params[end].nbytes() <= kCpuChunkBytes)) {
-        bytes += group.params[end++].nbytes();
-      }
+      while (end < n && (!on_cpu || bytes + bytes_of(end) <= kCpuChunkBytes)) bytes += bytes_of(end++);
       if (begin == 0 && end == n) {
         update(group);
       } else {

@@ -56,6 +56,25 @@ class Optimizer {
   /// NoGradGuard. Called by the trainer once per update, after gradients are reduced across ranks.
   virtual void step() = 0;
 
+  /// Whether a step runs as two parts, prepare_step() on the host and then run_step() on the device, so that a
+  /// CUDA graph can hold run_step() and each replay is preceded by prepare_step() (Note [The step in a CUDA
+  /// graph], optim/adam.cpp). Adam with AdamOptions::device_scalars; false by default.
+  virtual bool splits_step() const { return false; }
+  /// Asks for steps that split (splits_step()) from now on, with the same arithmetic; returns whether the
+  /// optimizer can (Adam: it switches to AdamOptions::device_scalars). --cuda-graph asks (Note [CUDA-graph
+  /// updates]).
+  virtual bool use_split_step() { return false; }
+  /// The host's part of a step where splits_step(): counts it (num_steps(), every update count) and fills the
+  /// device tensors that run_step() reads its numbers from. Asserts splits_step().
+  virtual void prepare_step();
+  /// The device's part of a step where splits_step(): kernels that read their numbers from tensors only, the
+  /// same kernels on the same tensors at every step while the parameters keep taking gradients. Asserts
+  /// splits_step(). step() is prepare_step() then run_step().
+  virtual void run_step();
+  /// The tensors besides the parameters and gradients that a step reads and writes: every buffer, and the device
+  /// scalars where splits_step(). A captured step holds their addresses (Note [Values frozen at capture]).
+  virtual std::vector<torch::Tensor> step_tensors() const;
+
   /// Clears the parameters' gradients: zeroes them in place (keeping the tensors, which the reducer
   /// may view into its buckets), or makes them undefined when `set_to_none` is true.
   void zero_grad(bool set_to_none = false);
@@ -113,6 +132,12 @@ class Optimizer {
   /// Throws hetseq::InputError on a sparse gradient, before anything is updated.
   using UpdateFn = std::function<void(UpdateGroup& group)>;
   void apply_update(const UpdateFn& update);
+  /// apply_update's two halves. count_step(): the checks and the counts (num_steps() and the update count of
+  /// every parameter with a gradient). for_each_group(): `update` for each UpdateGroup at the counts as they
+  /// are; with `copies` false the groups hold the parameters and gradients as they are (no fp32 copies of
+  /// fp16/bf16 ones, nothing written back), for a walk that reads only the groups' layout and counts.
+  void count_step();
+  void for_each_group(const UpdateFn& update, bool copies = true);
 
   /// The buffer `name` of every member of `group`, created as zeros like the member where missing. The
   /// tensors alias the stored buffers: update them in place. [member]

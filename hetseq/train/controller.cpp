@@ -87,9 +87,12 @@ Controller::Controller(Task& task, std::shared_ptr<torch::nn::Module> model, std
     }
     if (graph_) {
       graph_state_ = GraphState::kWarmUp;
+      // Note [The step in a CUDA graph]: the step too, where the optimizer can split it (Adam).
+      graph_steps_ = sharding_->mode() == ZeroSharding::kNone && sharding_->optimizer().use_split_step();
       log::info("[cuda-graph] updates of one micro-batch of one shape: {} eager warm-up updates, then forward, "
-                "backward and clipping captured once and replayed",
-                kGraphWarmUps);
+                "backward, clipping{} captured once and replayed",
+                kGraphWarmUps, graph_steps_ ? " and the optimizer step" : " (not the optimizer step, which "
+                                                                          "runs eagerly after each replay)");
     } else {
       log::warn("[cuda-graph] not captured: {}; training goes on uncaptured", why);
     }

@@ -260,6 +260,9 @@ class Controller {
   /// frozen at capture]).
   std::optional<std::pair<FrozenValues, int64_t>> graph_seen_;
   FrozenValues graph_frozen_;  // the captured update's, checked before every replay
+  /// The graph holds the optimizer step too, whose host part runs before each replay (Note [The step in a CUDA
+  /// graph]): a world of one without sharding, and an optimizer that splits its step.
+  bool graph_steps_ = false;
 };
 
 }  // namespace hetseq

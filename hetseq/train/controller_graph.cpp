@@ -37,7 +37,7 @@ std::optional<std::string> sample_size_varies(const std::optional<std::pair<Froz
 //   Elsewhere the constructor prints one line saying why, and every update is eager.
 // - what: zeroing the gradients, the forward pass (under autocast, its cast cache off while capturing), the
 //   backward pass, the division by the sample count, the gradient norm and the clip, decided on the device
-//   (Note [Reading an update late]). The graph's inputs are static device tensors that each replay first
+//   (Note [Reading an update late]), and the optimizer step (below). The graph's inputs are static device tensors that each replay first
 //   copies its batch into; its outputs (the statistics, the norm) live in the graph's memory and are copied to
 //   the host after each replay as an eager update's are.
 // - order: the first kGraphWarmUps (3) fitting updates run eagerly on the capture stream (cuBLAS's and cuDNN's
@@ -47,9 +47,12 @@ std::optional<std::string> sample_size_varies(const std::optional<std::pair<Froz
 //   eagerly in between; the line that says so comes once.
 // - dropout: the update's seed is set before each replay; the graph reads the CUDA generator's seed and offset
 //   when it is replayed, so each update draws its own masks.
-// - the optimizer step runs eagerly after the replay: hetseq's Adam passes the fused kernel an epsilon that
-//   depends on the step count (Note [Fused Adam]), a host number that a graph would freeze. It is a handful of
-//   multi-tensor launches; the forward and backward passes are the thousand-odd launches that a graph saves.
+// - the optimizer step: captured too where the optimizer splits it into a host part and kernels that read
+//   their numbers from device tensors (Optimizer::use_split_step; Adam switches to device scalars, Note [Adam
+//   from device scalars]): the host part (the counts, the step size from the learning rate and the count,
+//   epsilon, filled into those tensors) runs before each replay, the kernels in it (Note [The step in a CUDA
+//   graph]). Its fused kernel would take the step size and epsilon as host numbers, which a graph freezes.
+//   Other optimizers, and sharded ones, step eagerly after the replay.
 // - the host statistics (sample_size, ...) are those of the captured update: the task's contract for static
 //   shapes is that they depend on the batch's shape only (BERT counts its masked tokens on the device then).
 //   The values a replay depends on are checked before each one (Note [Values frozen at capture]).
@@ -84,6 +87,7 @@ FrozenValues Controller::graph_values(const Batch& batch, double sample_size) {
   values.clip_norm = options_.clip_norm;
   values.gradients = data_pointers(sharding_->gradients());
   values.parameters = data_pointers(model_->parameters());
+  if (graph_steps_) values.optimizer_state = data_pointers(sharding_->optimizer().step_tensors());
   return values;
 }
 
@@ -142,6 +146,8 @@ UpdateResult Controller::capture_update(const Batch& batch) {
     UpdateResult captured;
     captured.loss_scale = 1.0;
     normalise_and_clip(sum_or(local, "sample_size"), captured);
+    // The step's kernels; its host part runs before each replay (Note [The step in a CUDA graph]).
+    if (graph_steps_) sharding_->optimizer().run_step();
     graph_host_log_ = std::move(local);
     graph_tensors_ = std::move(local_tensors);
     graph_norm_ = late_norm_;
@@ -190,6 +196,9 @@ UpdateResult Controller::replay_update(const Batch& batch) {
   result.replayed = true;
   sharding_->reducer().before_forward();
   channel_->start_update(graph_host_log_, stop_vote_);
+  // The count, the learning rate and epsilon of this update's step into the tensors its kernels read: before the
+  // replay, which runs those kernels (Note [The step in a CUDA graph]).
+  if (graph_steps_) sharding_->optimizer().prepare_step();
   {
     const TraceSpan span(tracer_.get(), "graph_replay");
     graph_->replay();
@@ -199,7 +208,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
   late_norm_ = graph_norm_;
   result.gnorm = std::nan("");
   result.late = true;
-  {
+  if (!graph_steps_) {
     const TraceSpan span(tracer_.get(), "optimizer");
     sharding_->step();
     sharding_->gather();

@@ -24,7 +24,10 @@ namespace hetseq {
 //   (the warm-ups, the capture) its sample size must be the one it gave that shape before: a task whose sample
 //   size follows more than the batch's shape and count cannot be replayed, and trains eagerly.
 // - The gradients come from the sharding strategy, zeroed in place and never freed (Note [Zeroing gradients]); a
-//   program that frees or replaces them, or a parameter's storage, between updates is caught here.
+//   program that frees or replaces them, or a parameter's storage, between updates is caught here; so is an
+//   optimizer buffer or device scalar replaced (a restored optimizer state) where the graph holds the step (Note
+//   [The step in a CUDA graph]). The step's own numbers (learning rate, count, epsilon) are not frozen there:
+//   they are filled into device tensors before each replay.
 
 std::optional<std::string> changed_value(const FrozenValues& frozen, const FrozenValues& now) {
   if (now.fields != frozen.fields) {
@@ -54,7 +57,8 @@ std::optional<std::string> changed_value(const FrozenValues& frozen, const Froze
     return std::nullopt;
   };
   if (auto g = moved("gradient", frozen.gradients, now.gradients)) return g;
-  return moved("parameter", frozen.parameters, now.parameters);
+  if (auto p = moved("parameter", frozen.parameters, now.parameters)) return p;
+  return moved("optimizer state tensor", frozen.optimizer_state, now.optimizer_state);
 }
 
 std::vector<const void*> data_pointers(const std::vector<torch::Tensor>& tensors) {

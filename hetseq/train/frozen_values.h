@@ -20,6 +20,9 @@ struct FrozenValues {
   double clip_norm = 0;     // --clip-norm, compared with the norm on the device
   std::vector<const void*> gradients;   // [gradient] data pointers: backward accumulates there, the step reads them
   std::vector<const void*> parameters;  // [parameter] data pointers: the forward pass reads them
+  /// [tensor] data pointers of the optimizer's step_tensors() (its buffers, its device scalars), where the graph
+  /// holds the step; empty otherwise.
+  std::vector<const void*> optimizer_state;
 };
 
 /// The first value of `now` that is not `frozen`'s, in words that name it and give both values ("the sample

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include "hetseq/train/graph_capture.h"
 
 namespace hetseq::test {
@@ -26,6 +28,10 @@ struct CaptureRecord {
   std::vector<std::string> stale;   // [replay that saw other values] what it saw
   /// Called at every replay before the work runs again (a test's look at what the Controller prepared).
   std::function<void()> on_replay;
+  /// The tensors whose values a capture leaves as they were (on a device it records kernels and runs none; here
+  /// the work runs): the double puts them back after running the capture's work. The parameters and the
+  /// optimizer's state, where the graph holds the step.
+  std::function<std::vector<torch::Tensor>()> untouched;
   int64_t count(const std::string& call) const {
     int64_t n = 0;
     for (const auto& c : calls) n += c == call;
@@ -47,7 +53,16 @@ class RecordingGraphCapture final : public GraphCapture {
     using Failure = CaptureRecord::Failure;
     if (record_->failure == Failure::kInWork) throw std::runtime_error("operation not permitted when stream is capturing");
     if (record_->failure == Failure::kNotStd) throw 900;
+    std::vector<torch::Tensor> kept, saved;  // [tensor] what the work must not change, and its values before
+    if (record_->untouched) {
+      kept = record_->untouched();
+      for (const auto& t : kept) saved.push_back(t.detach().clone());
+    }
     work();  // on the CPU the kernels run as they are recorded
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < kept.size(); ++i) kept[i].copy_(saved[i]);
+    }
     if (record_->failure == Failure::kAtEnd) throw std::runtime_error("capture_end: the capture was invalidated");
     work_ = work;
     if (record_->host_values) record_->captured_values = record_->host_values();

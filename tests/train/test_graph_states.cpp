@@ -5,6 +5,7 @@
 // rest train eagerly, after one line that names the value.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "hetseq/core/logging.h"
 #include "hetseq/optim/adam.h"
 #include "hetseq/optim/fixed.h"
+#include "hetseq/optim/sgd.h"
 #include "hetseq/train/controller.h"
 #include "support/recording_graph_capture.h"
 
@@ -69,12 +71,24 @@ Batch batch_of(int u, int64_t rows, int64_t samples) {
 /// A Controller over DropoutNet with Adam and clip 0.5, in a world of one on the CPU; with `record`, --cuda-graph
 /// through a RecordingGraphCapture that writes there.
 struct Run {
-  explicit Run(std::shared_ptr<CaptureRecord> record, std::vector<double> sizes = {}) {
+  explicit Run(std::shared_ptr<CaptureRecord> record, std::vector<double> sizes = {}, bool sgd = false) {
     task.sizes = std::move(sizes);
     model = std::dynamic_pointer_cast<DropoutNet>(task.build_model());
-    hetseq::optim::AdamOptions adam;
-    adam.lr = 1e-2;
-    auto optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
+    std::unique_ptr<hetseq::optim::Optimizer> optimizer;
+    if (sgd) {
+      hetseq::optim::SgdOptions o;
+      o.lr = 1e-2;
+      o.momentum = 0.9;
+      optimizer = std::make_unique<hetseq::optim::Sgd>(model->parameters(), o);
+    } else {
+      // Device scalars, as --cuda-graph asks of Adam (Note [The step in a CUDA graph]), so that the eager run
+      // steps with the same arithmetic.
+      hetseq::optim::AdamOptions adam;
+      adam.lr = 1e-2;
+      adam.weight_decay = 0.01;
+      adam.device_scalars = true;
+      optimizer = std::make_unique<hetseq::optim::Adam>(model->parameters(), adam);
+    }
     hetseq::optim::FixedOptions fixed;
     fixed.lrs = {1e-2};
     auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
@@ -87,6 +101,14 @@ struct Run {
     }
     controller = std::make_unique<hetseq::Controller>(task, model, std::move(optimizer), std::move(scheduler),
                                                       std::make_shared<hetseq::LocalReducer>(), options);
+    if (record) {
+      // A capture on a device runs nothing: what its work changes here is put back.
+      record->untouched = [this] {
+        std::vector<torch::Tensor> out = model->parameters();
+        for (const auto& t : controller->optimizer().step_tensors()) out.push_back(t);
+        return out;
+      };
+    }
   }
   GraphStatesTask task;
   std::shared_ptr<DropoutNet> model;
@@ -151,9 +173,14 @@ void nothing_between(Run&, size_t) {}
 TEST_CASE("Captured updates through a recording double: three eager warm-ups, one capture, then replays that train bit "
           "for bit as eager updates, a batch of another shape eager in between",
           "[train][cuda-graph]") {
+  // Adam's step in the graph, its count and scalars filled before each replay; SGD's eagerly after each replay.
+  const bool sgd = GENERATE(false, true);
+  INFO((sgd ? "sgd, stepped after each replay" : "adam, its step in the graph"));
   auto record = std::make_shared<CaptureRecord>();
   hetseq::log::begin_capture();
-  Run graphed(record), eager(nullptr);
+  Run graphed(record, {}, sgd), eager(nullptr, {}, sgd);
+  std::vector<int64_t> steps_at_replay;  // [replay] the optimizer's step count when the replay starts
+  record->on_replay = [&] { steps_at_replay.push_back(graphed.controller->optimizer().num_steps()); };
   std::vector<Batch> batches;  // [update] 8 rows each but the sixth's 5 (an epoch's short end)
   for (int u = 0; u < 9; ++u) batches.push_back(u == 5 ? batch_of(u, 5, 5) : batch_of(u, 8, 8));
   const std::vector<bool> replayed = train_both(graphed, eager, *record, batches, nothing_between);
@@ -163,8 +190,15 @@ TEST_CASE("Captured updates through a recording double: three eager warm-ups, on
   CHECK(record->stale.empty());
   CHECK(same_parameters(*graphed.model, *eager.model));
   CHECK(graphed.controller->num_updates() == 9);
+  CHECK(graphed.controller->optimizer().num_steps() == 9);
+  CHECK(graphed.controller->optimizer().splits_step() == !sgd);
+  // Updates 4, 5, 7, 8, 9 replayed: Adam's step of update u is counted (and its scalars filled) before its replay.
+  CHECK(steps_at_replay == (sgd ? std::vector<int64_t>{3, 4, 6, 7, 8} : std::vector<int64_t>{4, 5, 7, 8, 9}));
   REQUIRE(lines.size() == 3);
-  CHECK_THAT(lines[0], Catch::Contains("3 eager warm-up updates"));
+  CHECK_THAT(lines[0], Catch::Contains(sgd ? "3 eager warm-up updates, then forward, backward, clipping (not the "
+                                             "optimizer step, which runs eagerly after each replay)"
+                                           : "3 eager warm-up updates, then forward, backward, clipping and the "
+                                             "optimizer step captured"));
   CHECK_THAT(lines[1], Catch::Contains("update 4 captured: 8 samples a batch"));
   CHECK_THAT(lines[2], Catch::Contains("update 6 has 1 micro-batch(es) of 5 samples, not one of the captured shape"));
 }
@@ -245,29 +279,40 @@ TEST_CASE("Captured updates: a task whose sample size changes within one shape a
   CHECK_THAT(lines[1], Catch::Contains("not captured: the task's sample size, the gradients' divisor, changed"));
 }
 
-TEST_CASE("Captured updates: gradients whose storage changed since the capture are never replayed into: that update and "
-          "the rest train eagerly, after one line naming the gradient",
+TEST_CASE("Captured updates: gradients or optimizer state whose storage changed since the capture are never replayed "
+          "into: that update and the rest train eagerly, after one line naming the tensor",
           "[train][cuda-graph]") {
+  // Before update 7, a program gives the second parameter a gradient of its own (same values, other storage), or
+  // restores the optimizer's state (Adam's buffers: new tensors of the same values).
+  const bool gradient = GENERATE(true, false);
+  INFO((gradient ? "a gradient replaced" : "the optimizer's state restored"));
   auto record = std::make_shared<CaptureRecord>();
   hetseq::log::begin_capture();
   Run graphed(record), eager(nullptr);
   std::vector<Batch> batches;
   for (int u = 0; u < 8; ++u) batches.push_back(batch_of(u, 8, 8));
-  // Before update 7, a program gives the second parameter a gradient of its own (same values, other storage).
-  const auto replace_gradient = [](Run& run, size_t u) {
+  const auto replace = [gradient](Run& run, size_t u) {
     if (u != 6) return;
-    torch::Tensor p = run.model->parameters()[1];
-    p.mutable_grad() = p.grad().clone();
+    if (gradient) {
+      torch::Tensor p = run.model->parameters()[1];
+      p.mutable_grad() = p.grad().clone();
+      return;
+    }
+    std::map<std::string, torch::Tensor> state;
+    for (const auto& [name, value] : run.controller->optimizer().state()) state[name] = value.clone();
+    run.controller->optimizer().load_state(state);
   };
-  const std::vector<bool> replayed = train_both(graphed, eager, *record, batches, replace_gradient);
+  const std::vector<bool> replayed = train_both(graphed, eager, *record, batches, replace);
   const std::vector<std::string> lines = graph_lines(hetseq::log::end_capture());
   CHECK(record->calls == calls({{"warm_up", 3}, {"capture", 1}, {"replay", 3}}));
   CHECK(replayed == std::vector<bool>{false, false, false, true, true, true, false, false});
   CHECK(record->stale.empty());
   CHECK(same_parameters(*graphed.model, *eager.model));
   REQUIRE(lines.size() == 3);
-  CHECK_THAT(lines[2], Catch::Contains("[cuda-graph] update 7 is not replayed, since a value frozen at the capture "
-                                       "changed: the data pointer of gradient 1 of 4"));
+  CHECK_THAT(lines[2], Catch::Contains(gradient ? "[cuda-graph] update 7 is not replayed, since a value frozen at the "
+                                                  "capture changed: the data pointer of gradient 1 of 4"
+                                                : "[cuda-graph] update 7 is not replayed, since a value frozen at the "
+                                                  "capture changed: the data pointer of optimizer state tensor 0 of"));
 }
 
 TEST_CASE("Frozen values name the first that changed, with both values", "[train][cuda-graph]") {
