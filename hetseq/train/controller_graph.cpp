@@ -93,10 +93,11 @@ FrozenValues Controller::graph_values(const Batch& batch, double sample_size) {
 
 void Controller::graph_off(const std::string& why) {
   graph_state_ = GraphState::kOff;
-  graph_ = nullptr;
+  // The tensors in the graph's memory go first, then the graph and its memory pool.
   graph_batch_ = Batch();
   graph_tensors_.clear();
   graph_norm_ = torch::Tensor();
+  graph_ = nullptr;
   log::warn("[cuda-graph] {}; this update and every later one train uncaptured", why);
 }
 

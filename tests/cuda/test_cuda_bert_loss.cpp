@@ -64,7 +64,8 @@ TEST_CASE("CUDA: BERT's loss on a GPU makes no host-device synchronisation and e
 }
 
 // Note [CUDA-graph updates] on a GPU: tiny BERT with --cuda-graph is captured after its eager warm-ups (update
-// kGraphWarmUps + 1, the fourth), replays the rest, trains a short last batch uncaptured, and gives the losses of the same run uncaptured (both with the
+// kGraphWarmUps + 1, the fourth), Adam's step with the rest, replays the rest, trains a short last batch uncaptured,
+// and gives the losses of the same run uncaptured (both with the
 // batches of one shape that --cuda-graph asks of the task; dropout's masks are drawn anew in each replay from
 // the update's seed, so the two runs see the same masks only if the graph reads the generator as eager kernels
 // do: the tolerance allows for a different rounding of the fused kernels, not for other masks).
@@ -88,7 +89,10 @@ TEST_CASE("CUDA: --cuda-graph replays tiny BERT's updates and trains as without 
   const auto graphed = run(true);
   INFO(graphed.err);
   REQUIRE(graphed.exit_code == 0);
+  // Adam's step in the graph, its numbers filled before each replay (Note [The step in a CUDA graph]).
+  CHECK_THAT(graphed.err, Catch::Contains("clipping and the optimizer step captured once and replayed"));
   CHECK_THAT(graphed.err, Catch::Contains("[cuda-graph] update 4 captured"));  // after 3 warm-ups (kGraphWarmUps)
+  CHECK_THAT(graphed.err, !Catch::Contains("is not replayed"));  // no value frozen at the capture changed
   CHECK_THAT(graphed.err, Catch::Contains("[cuda-graph] update 10 has 1 micro-batch(es) of 4 samples"));
   const auto a = json_lines(eager.out, "train"), b = json_lines(graphed.out, "train");
   REQUIRE(a.size() >= 9);  // a line for each update (the epoch's last may be its train_epoch line only)
