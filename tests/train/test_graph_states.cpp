@@ -131,6 +131,12 @@ bool same_parameters(torch::nn::Module& a, torch::nn::Module& b) {
   return same;
 }
 
+bool same_state(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+  bool same = a.size() == b.size();
+  for (const auto& [name, value] : a) same = same && b.count(name) && torch::equal(value, b.at(name));
+  return same;
+}
+
 std::vector<std::string> graph_lines(const std::vector<std::string>& lines) {
   std::vector<std::string> out;
   for (const auto& l : lines) {
@@ -192,6 +198,8 @@ TEST_CASE("Captured updates through a recording double: three eager warm-ups, on
   CHECK(graphed.controller->num_updates() == 9);
   CHECK(graphed.controller->optimizer().num_steps() == 9);
   CHECK(graphed.controller->optimizer().splits_step() == !sgd);
+  // What a checkpoint saves: the counts, the learning rate and the buffers, as the eager run's.
+  CHECK(same_state(graphed.controller->optimizer().state(), eager.controller->optimizer().state()));
   // Updates 4, 5, 7, 8, 9 replayed: Adam's step of update u is counted (and its scalars filled) before its replay.
   CHECK(steps_at_replay == (sgd ? std::vector<int64_t>{3, 4, 6, 7, 8} : std::vector<int64_t>{4, 5, 7, 8, 9}));
   REQUIRE(lines.size() == 3);
