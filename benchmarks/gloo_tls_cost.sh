@@ -47,29 +47,20 @@ TRAIN="$BUILD/bin/hetseq-train" BANDWIDTH="$BUILD/bin/reduction-bandwidth"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gloo_tls_cost.XXXXXX")"
-NS0="hetseq-tc0-$$" NS1="hetseq-tc1-$$" DEV0="htc0-$$" DEV1="htc1-$$"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$NS0" 2>/dev/null || true
-  ip netns del "$NS1" 2>/dev/null || true
+  netns_pair_delete
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-ip netns add "$NS0"
-ip netns add "$NS1"
-ip link add "$DEV0" type veth peer name "$DEV1"
-ip link set "$DEV0" netns "$NS0"
-ip link set "$DEV1" netns "$NS1"
-ip -n "$NS0" addr add 10.79.0.1/24 dev "$DEV0"
-ip -n "$NS1" addr add 10.79.0.2/24 dev "$DEV1"
-for r in 0 1; do ns="NS$r" dev="DEV$r"; ip -n "${!ns}" link set "${!dev}" up; ip -n "${!ns}" link set lo up; done
+netns_pair_make tc 10.79.0
 "$TRAIN" --make-secret "$WORK/job.secret" >/dev/null
 
-# run_both NAME COMMAND-OF-RANK: both ranks, rank r in namespace r on CPU r, within --timeout; output in
-# $WORK/NAME.{0,1}.{out,err}.
+# run_both NAME COMMAND-OF-RANK: both ranks, rank r in namespace r on CPU r, within --timeout (wait_node_pair);
+# output in $WORK/NAME.{0,1}.{out,err}.
 run_both() {
-  local name="$1" make="$2" r rc=0 deadline
+  local name="$1" make="$2" r
   PIDS=()
   for r in 0 1; do
     local ns="NS$r"
@@ -77,19 +68,7 @@ run_both() {
     ip netns exec "${!ns}" taskset -c "$r" $("$make" "$r") >"$WORK/$name.$r.out" 2>"$WORK/$name.$r.err" &
     PIDS+=("$!")
   done
-  deadline=$(($(date +%s) + TIMEOUT))
-  for r in 0 1; do
-    while kill -0 "${PIDS[$r]}" 2>/dev/null; do
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-        die "$name: rank $r still running after --timeout $TIMEOUT s; killed both"
-      fi
-      sleep 0.2
-    done
-    wait "${PIDS[$r]}" || rc=$?
-    [ "$rc" -eq 0 ] || { tail -n 20 "$WORK/$name.$r.err" >&2; die "$name: rank $r exited with status $rc"; }
-  done
-  PIDS=()
+  wait_node_pair "$TIMEOUT" "$name" "$WORK/$name.%d.err"
 }
 
 PORT=29600

@@ -89,27 +89,14 @@ done
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/slow_network.XXXXXX")"
-NS0="hetseq-sn0-$$" NS1="hetseq-sn1-$$" DEV0="hsn0-$$" DEV1="hsn1-$$"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$NS0" 2>/dev/null || true
-  ip netns del "$NS1" 2>/dev/null || true
+  netns_pair_delete
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-ip netns add "$NS0"
-ip netns add "$NS1"
-ip link add "$DEV0" type veth peer name "$DEV1"
-ip link set "$DEV0" netns "$NS0"
-ip link set "$DEV1" netns "$NS1"
-ip -n "$NS0" addr add 10.78.0.1/24 dev "$DEV0"
-ip -n "$NS1" addr add 10.78.0.2/24 dev "$DEV1"
-for n in 0 1; do
-  ns="NS$n"; dev="DEV$n"
-  ip -n "${!ns}" link set "${!dev}" up
-  ip -n "${!ns}" link set lo up
-done
+netns_pair_make sn 10.78.0
 
 shape() {  # shape RATE: both ends of the link
   local burst=256kb
@@ -142,7 +129,7 @@ PYEOF
 PORT=29500
 # run_nodes IMPL TASK HOOK: both nodes, each pinned to its own CPU; output in $WORK/node{0,1}.{out,err}.
 run_nodes() {
-  local impl="$1" task="$2" hook="$3" r deadline rc=0
+  local impl="$1" task="$2" hook="$3" r
   PORT=$((PORT + 1))
   PIDS=()
   for r in 0 1; do
@@ -153,24 +140,7 @@ run_nodes() {
       >"$WORK/node$r.out" 2>"$WORK/node$r.err" &
     PIDS+=("$!")
   done
-  deadline=$(($(date +%s) + TIMEOUT))
-  for r in 0 1; do
-    while kill -0 "${PIDS[$r]}" 2>/dev/null; do
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-        tail -n 20 "$WORK/node$r.err" >&2
-        die "$impl $task $hook: node $r still running after --timeout $TIMEOUT s; killed both"
-      fi
-      sleep 0.2
-    done
-    wait "${PIDS[$r]}" || rc=$?
-    if [ "$rc" -ne 0 ]; then
-      for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-      tail -n 20 "$WORK/node$r.err" >&2
-      die "$impl $task $hook: node $r exited with status $rc (the end of its stderr is above)"
-    fi
-  done
-  PIDS=()
+  wait_node_pair "$TIMEOUT" "$impl $task $hook" "$WORK/node%d.err"
 }
 
 updates_of() { if [ "$1" = bert ]; then echo "$BERT_UPDATES"; else echo "$UPDATES"; fi; }
