@@ -109,7 +109,10 @@ std::vector<int64_t> SitOutRoster::members_of(int64_t epoch) const {
 std::shared_ptr<CollectiveChannel> SitOutRoster::channel_of(const std::vector<int64_t>& members) {
   if (static_cast<int64_t>(members.size()) == world_size_) return channel_;
   auto& kept = channels_[members];
-  if (!kept) kept = std::make_shared<GroupChannel>(world_.subgroup(members), world_.device(), options_.fast_stat_sync);
+  if (!kept) {
+    kept = std::make_shared<GroupChannel>(world_.subgroup(members), world_.device(), options_.fast_stat_sync,
+                                          options_.host_group ? world_.host_group(members) : nullptr);
+  }
   return kept;
 }
 

@@ -25,6 +25,9 @@ struct SitOutOptions {
   double probe_s = 0.2;       // one probe: micro-batches back to back for at least this long
   double probe_spacing = 20;  // probes at most every probe_spacing times the last probe's length (at least 1 s)
   bool fast_stat_sync = false;  // --fast-stat-sync, for the channels of the ranks that take part
+  /// Whether the channels send the host's part on a host group (World::host_group): where any rank is on a GPU,
+  /// as the world's channel does (Note [Stat sync]).
+  bool host_group = false;
   /// Whether this process was asked to stop (SIGTERM, SIGINT): a rank that sits out passes it on to rank 0
   /// while it waits (Note [A stop while sitting out]).
   std::function<bool()> stop_requested;

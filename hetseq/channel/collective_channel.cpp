@@ -20,12 +20,24 @@ namespace hetseq {
 // count from the channel (Note [Comm hooks]), and after backward waits for the reducer and then for the
 // channel. The training loop hands the Controller the stop vote and reads the agreement from the update's
 // result; it holds neither part. So per update in the steady state the collectives beyond the gradient
-// buckets are exactly one, the statistics (test_comm_hooks.cpp counts them through a counting backend).
+// buckets are exactly one, the statistics (test_comm_hooks.cpp counts them through a counting backend); two
+// where a rank is on a GPU: the host's row on the host group and the device's statistics on the device's
+// (Note [Stat sync]), so that no rank's host waits for its device inside an update.
 
 UpdateAgreement LocalChannel::finish_update() {
   HETSEQ_ASSERT(pending_.has_value(), "finish_update without start_update");
   UpdateAgreement done = std::move(*pending_);
   pending_.reset();
+  if (!pending_tensors_.empty()) {
+    // One row, on the device: its values are read after the next update (Note [Reading an update late]).
+    std::vector<torch::Tensor> values;
+    for (const auto& [name, value] : pending_tensors_) {
+      done.late.names.push_back(name);
+      values.push_back(value.detach().reshape({}).to(torch::kFloat64));
+    }
+    done.late.rows = torch::stack(values).reshape({1, static_cast<int64_t>(values.size())});
+    pending_tensors_.clear();
+  }
   return done;
 }
 

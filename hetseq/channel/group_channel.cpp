@@ -7,16 +7,16 @@
 
 namespace hetseq {
 
-GroupChannel::GroupChannel(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast_stat_sync)
-    : group_(std::move(group)), device_(device), stats_(group_, device, fast_stat_sync) {
-  HETSEQ_ASSERT(group_, "GroupChannel built without a process group");
-  rank_ = group_->getRank();
-  world_size_ = group_->getSize();
+GroupChannel::GroupChannel(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast_stat_sync,
+                           c10::intrusive_ptr<c10d::ProcessGroup> host_group)
+    : host_(host_group ? host_group : group), stats_(group, device, fast_stat_sync, host_group) {
+  rank_ = host_->getRank();
+  world_size_ = host_->getSize();
 }
 
-void GroupChannel::start_update(const LogSums& local, bool stop) {
+void GroupChannel::start_update(const LogSums& local, const LogTensors& device_values, bool stop) {
   const TraceSpan span(tracer_.get(), "stat_start");
-  stats_.start(local, StatSync::kUpdate, stop);  // travels during backward: Note [Stat sync]
+  stats_.start(local, device_values, StatSync::kUpdate, stop);  // travels during backward: Note [Stat sync]
 }
 
 UpdateAgreement GroupChannel::finish_update() {
@@ -25,6 +25,7 @@ UpdateAgreement GroupChannel::finish_update() {
   UpdateAgreement done;
   done.sums = stats_.finish();
   done.stop = stats_.last_stop_votes() > 0;
+  done.late = stats_.take_late();
   return done;
 }
 
@@ -35,14 +36,13 @@ std::vector<std::vector<double>> GroupChannel::gather(const std::vector<double>&
   std::vector<double> row{static_cast<double>(k)};
   row.insert(row.end(), local.begin(), local.end());
   const auto options = torch::TensorOptions().dtype(torch::kFloat64);
-  std::vector<torch::Tensor> in{torch::tensor(row, options).to(device_)};
+  std::vector<torch::Tensor> in{torch::tensor(row, options)};
   std::vector<std::vector<torch::Tensor>> out(1);
-  for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(torch::empty({k + 1}, options.device(device_)));
-  wait_for_peers(group_->allgather(out, in), rank_, world_size_, fmt::format("allgather of {} per-rank figures", k));
+  for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(torch::empty({k + 1}, options));
+  wait_for_peers(host_->allgather(out, in), rank_, world_size_, fmt::format("allgather of {} per-rank figures", k));
   std::vector<std::vector<double>> all;
   for (int64_t r = 0; r < world_size_; ++r) {
-    const torch::Tensor host = out[0][static_cast<size_t>(r)].to(torch::kCPU).contiguous();
-    const double* p = host.data_ptr<double>();
+    const double* p = out[0][static_cast<size_t>(r)].const_data_ptr<double>();
     if (p[0] != static_cast<double>(k)) {
       throw InputError(fmt::format("rank {} of {}: a gather of {} figures met rank {} with {}: the ranks reached "
                                    "different gathers",

@@ -14,8 +14,9 @@
 namespace hetseq {
 namespace {
 
-// FNV-1a over the names, each followed by a NUL so that {"ab"} and {"a", "b"} differ.
-uint32_t hash_names(const LogSums& sums) {
+// FNV-1a over the names, each followed by a NUL (a 1 for a statistic on the device, `device`) so that
+// {"ab"} and {"a", "b"} differ, and so do ranks that report a name from different places.
+uint32_t hash_names(const LogSums& sums, const LogTensors& device) {
   uint32_t h = 2166136261u;
   auto mix = [&h](unsigned char c) {
     h ^= c;
@@ -23,9 +24,20 @@ uint32_t hash_names(const LogSums& sums) {
   };
   for (const auto& [name, value] : sums) {
     for (unsigned char c : name) mix(c);
-    mix(0);
+    mix(device.count(name) > 0 ? 1 : 0);
   }
   return h;
+}
+
+// Adds CPU tensors into `sums` by reading their memory: on the CPU the device is the host, and reading
+// waits for nothing.
+void add_cpu_values(LogSums& sums, const LogTensors& tensors) {
+  for (const auto& [name, value] : tensors) {
+    HETSEQ_ASSERT(value.is_cpu(), "the statistic '{}' is on {}, and the statistics channel has no host group",
+                  name, value.device().str());
+    const torch::Tensor v = value.detach().reshape({}).to(torch::kFloat64).contiguous();
+    sums[name] += *v.const_data_ptr<double>();
+  }
 }
 
 std::vector<std::string> names_of(const LogSums& sums) {
@@ -110,12 +122,37 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 // allgather of the byte length of every rank's serialised sums, then an allgather of the serialised
 // sums padded to the longest; a name missing on a rank counts as 0 there, the totals are added in
 // rank order as above, and when all ranks reported the same names their count becomes the new n.
+//
+// The device's statistics (the task's LogTensors: losses, correct counts) and the host's. On the CPU the
+// device is the host: its statistics are read at no wait and go into the row like the others. On a GPU a
+// host that read them at the last backward would wait there for the device to finish the forward passes,
+// and one that read the row of an NCCL collective would wait for the device again: so with a host group
+// (StatSync's `host_group`: Gloo, on the host) the row above travels on the host group, in host memory,
+// and names every statistic, a device statistic with a zero in its slot (the hash marks it as the
+// device's, so that ranks that report a name from different places do not agree); the device's values,
+// d_0 .. d_{m-1} in the order of their names, go in a second collective on the device's group, started
+// right after the first and cut for the number m of device statistics agreed with n: one allreduce of
+// the m values (fast) or one allgather of every rank's m values (gathered). When the host's row shows
+// the layout in force (the steady state), the host never reads the device's collective: finish() leaves
+// the device statistics out of its sums and hands them over as LateSums, rows still on the device, which
+// the Controller copies without blocking and adds after the next update (Note [Reading an update late]),
+// in rank order as above. Where the names changed, every rank learns it from the host's row at the same
+// point, inside the update, reads its device values there (once) and takes the paths above. So in the
+// steady state an update makes the host wait for no device value, at any number of ranks, and the host
+// learns the sample count and the stop votes from the host's row alone.
 
-StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast)
-    : group_(std::move(group)), device_(device), fast_(fast) {
+StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast,
+                   c10::intrusive_ptr<c10d::ProcessGroup> host_group)
+    : group_(std::move(group)), split_(host_group != nullptr), device_(device), fast_(fast) {
   HETSEQ_ASSERT(group_, "StatSync built without a process group");
+  host_ = split_ ? std::move(host_group) : group_;
   rank_ = group_->getRank();
   world_size_ = group_->getSize();
+  HETSEQ_ASSERT(split_ || device_.is_cpu(), "StatSync on {} without a host group: the host would wait for the device",
+                device_.str());
+  HETSEQ_ASSERT(host_->getRank() == rank_ && host_->getSize() == world_size_,
+                "StatSync: the host group (rank {} of {}) is not the group's ranks (rank {} of {})", host_->getRank(),
+                host_->getSize(), rank_, world_size_);
 }
 
 LogSums StatSync::sum(const LogSums& local, Channel channel) {
@@ -127,29 +164,43 @@ void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
   wait_for_peers(work, rank_, world_size_, fmt::format("{} of the statistics", what));
 }
 
-void StatSync::start(const LogSums& local, Channel channel, bool stop) {
+void StatSync::start(const LogSums& local, const LogTensors& device_values, Channel channel, bool stop) {
   HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
   extra_rounds_ = 0;
   stop_votes_ = 0;
-  launch(local, channel, agreed_count_[channel], stop);
+  late_ = LateSums();
+  if (split_) {
+    launch(local, device_values, channel, agreed_count_[channel], agreed_device_count_[channel], stop);
+  } else {
+    LogSums all = local;
+    add_cpu_values(all, device_values);
+    launch(all, {}, channel, agreed_count_[channel], 0, stop);
+  }
 }
 
-void StatSync::launch(const LogSums& local, Channel channel, int64_t count, bool stop) {
-  const int64_t n = static_cast<int64_t>(local.size());
-  const double hash = static_cast<double>(hash_names(local));
+void StatSync::launch(const LogSums& local, const LogTensors& device, Channel channel, int64_t count,
+                      int64_t device_count, bool stop) {
+  // The host's row names every statistic; a device statistic's slot holds a zero (its value travels apart).
+  LogSums named = local;
+  for (const auto& [name, value] : device) named.emplace(name, 0.0);
+  const int64_t n = static_cast<int64_t>(named.size());
+  const double hash = static_cast<double>(hash_names(named, device));
   const double sample_size = sum_or(local, "sample_size");
   Pending p;
   p.local = local;
+  p.device = device;
   p.channel = channel;
   p.count = count;
+  p.device_count = device_count;
   p.stop = stop;
+  const bool fits = n == count && static_cast<int64_t>(device.size()) == device_count;
   torch::Tensor row;
   if (fast_) {
     row = torch::zeros({count + 2 * world_size_ + 2}, torch::TensorOptions().dtype(torch::kFloat64));
     auto a = row.accessor<double, 1>();
-    if (n == count) {
+    if (fits) {
       int64_t i = 0;
-      for (const auto& [name, value] : local) a[i++] = value;
+      for (const auto& [name, value] : named) a[i++] = value;
     }
     a[count + 2 * rank_] = hash;
     a[count + 2 * rank_ + 1] = static_cast<double>(n);
@@ -162,18 +213,38 @@ void StatSync::launch(const LogSums& local, Channel channel, int64_t count, bool
     a[1] = hash;
     a[2] = static_cast<double>(n);
     a[3] = stop ? 1.0 : 0.0;
-    if (n == count) {
+    if (fits) {
       int64_t i = 4;
-      for (const auto& [name, value] : local) a[i++] = value;
+      for (const auto& [name, value] : named) a[i++] = value;
     }
   }
-  p.in.push_back(row.to(device_));
+  p.in.push_back(row);  // host memory: the host group is Gloo's, and the group's device is the CPU without one
   if (fast_) {
-    p.work = group_->allreduce(p.in);
+    p.work = host_->allreduce(p.in);
   } else {
     p.out.resize(1);
     for (int64_t r = 0; r < world_size_; ++r) p.out[0].push_back(torch::empty_like(p.in[0]));
-    p.work = group_->allgather(p.out, p.in);
+    p.work = host_->allgather(p.out, p.in);
+  }
+  if (device_count > 0) {
+    // The device's row, cut for the agreed count too: a rank that reports another count sends zeros, and the
+    // host's row tells every rank so (see Note [Stat sync]).
+    torch::Tensor values;
+    if (static_cast<int64_t>(device.size()) == device_count) {
+      std::vector<torch::Tensor> parts;
+      for (const auto& [name, value] : device) parts.push_back(value.detach().reshape({}).to(torch::kFloat64));
+      values = torch::stack(parts);
+    } else {
+      values = torch::zeros({device_count}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+    }
+    p.device_in.push_back(values);
+    if (fast_) {
+      p.device_work = group_->allreduce(p.device_in);
+    } else {
+      p.device_out.resize(1);
+      for (int64_t r = 0; r < world_size_; ++r) p.device_out[0].push_back(torch::empty_like(values));
+      p.device_work = group_->allgather(p.device_out, p.device_in);
+    }
   }
   pending_ = std::move(p);
   rows_.clear();
@@ -184,12 +255,7 @@ const std::vector<torch::Tensor>& StatSync::rows() {
   if (!pending_->waited) {
     wait(pending_->work, fast_ ? "allreduce (--fast-stat-sync)" : "allgather");
     pending_->waited = true;
-    rows_.clear();
-    if (fast_) {
-      rows_.push_back(pending_->in[0].cpu());
-    } else {
-      for (const auto& t : pending_->out[0]) rows_.push_back(t.cpu());
-    }
+    rows_ = fast_ ? pending_->in : pending_->out[0];  // host memory: read in place
     stop_votes_ = 0;
     for (const auto& row : rows_) {
       const auto a = row.accessor<double, 1>();
@@ -197,6 +263,37 @@ const std::vector<torch::Tensor>& StatSync::rows() {
     }
   }
   return rows_;
+}
+
+bool StatSync::fits_layout() const {
+  const int64_t device = static_cast<int64_t>(pending_->device.size());
+  LogSums named = pending_->local;
+  for (const auto& [name, value] : pending_->device) named.emplace(name, 0.0);
+  return static_cast<int64_t>(named.size()) == pending_->count && device == pending_->device_count;
+}
+
+void StatSync::wait_device() {
+  if (!pending_->device_work) return;
+  wait(pending_->device_work, fast_ ? "allreduce of the device's part (--fast-stat-sync)" : "allgather of the device's part");
+  pending_->device_work.reset();
+}
+
+void StatSync::keep_device_late(LogSums& total) {
+  if (pending_->device.empty()) return;
+  wait_device();  // on CUDA: the current stream waits for the collective's; the host does not
+  for (const auto& [name, value] : pending_->device) {
+    late_.names.push_back(name);
+    if (pending_->local.count(name) > 0) continue;  // the host's own value of the name stays in the sums
+    total.erase(name);
+    for (LogSums& sums : per_rank_) sums.erase(name);
+  }
+  late_.rows = fast_ ? pending_->device_in[0].reshape({1, pending_->device_count}) : torch::stack(pending_->device_out[0]);
+}
+
+LogSums StatSync::read_all() const {
+  LogSums all = pending_->local;
+  if (!pending_->device.empty()) add_to_host(all, pending_->device);  // names changed: read once, here
+  return all;
 }
 
 double StatSync::sample_size() {
@@ -219,7 +316,10 @@ LogSums StatSync::finish() {
 LogSums StatSync::finish_fast() {
   per_rank_.clear();
   const LogSums local = pending_->local;
-  const int64_t n = static_cast<int64_t>(local.size());
+  const LogTensors device = pending_->device;
+  LogSums named = local;  // every name, the device statistics' too
+  for (const auto& [name, value] : device) named.emplace(name, 0.0);
+  const int64_t n = static_cast<int64_t>(named.size());
 
   // The [W] pairs (hash, count) of every rank, from a summed buffer in which each rank filled its own.
   auto read_pairs = [&](const torch::Tensor& summed, int64_t offset) {
@@ -250,7 +350,7 @@ LogSums StatSync::finish_fast() {
     throw InputError(fmt::format(
         "--fast-stat-sync: the ranks report different statistics: {}; this rank ({}) reports [{}]. With "
         "--fast-stat-sync every rank must report the same names; run without it to sum the union of the names",
-        fmt::join(parts, "; "), rank_, fmt::join(names_of(local), ", ")));
+        fmt::join(parts, "; "), rank_, fmt::join(names_of(named), ", ")));
   };
 
   // See Note [Stat sync]: at most two rounds, the second only when every rank's names changed to a
@@ -259,39 +359,45 @@ LogSums StatSync::finish_fast() {
     const int64_t count = pending_->count;
     const torch::Tensor summed = rows()[0];
     if (check_pairs(read_pairs(summed, count))) {
+      wait_device();
       extra_rounds_ += 2;
-      return sum_serialised(local);
+      return sum_serialised(read_all());
     }
-    if (n != count) {
-      agreed_count_[pending_->channel] = n;  // every rank has n names now: send the values again at that size
+    if (!fits_layout()) {
+      // Every rank has these names now: send the values again at their size.
+      agreed_count_[pending_->channel] = n;
+      agreed_device_count_[pending_->channel] = static_cast<int64_t>(device.size());
+      wait_device();
       ++extra_rounds_;
-      launch(local, pending_->channel, n, pending_->stop);
+      launch(local, device, pending_->channel, n, static_cast<int64_t>(device.size()), pending_->stop);
       continue;
     }
     LogSums total;
     auto a = summed.accessor<double, 1>();
     int64_t i = 0;
-    for (const auto& [name, value] : local) total[name] = a[i++];
+    for (const auto& [name, value] : named) total[name] = a[i++];
+    keep_device_late(total);
     return total;
   }
 }
 
 LogSums StatSync::finish_gathered() {
-  const LogSums local = pending_->local;
-  const int64_t n = static_cast<int64_t>(local.size());
-  const int64_t count = pending_->count;
+  LogSums named = pending_->local;  // every name, the device statistics' too
+  for (const auto& [name, value] : pending_->device) named.emplace(name, 0.0);
   const std::vector<torch::Tensor>& r = rows();
   const auto mine = r[static_cast<size_t>(rank_)].accessor<double, 1>();
-  const bool agree = n == count && std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
+  const bool agree = fits_layout() && std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
                        const auto a = row.accessor<double, 1>();
                        return a[1] == mine[1] && a[2] == mine[2];
                      });
   if (!agree) {
+    wait_device();
     extra_rounds_ += 2;
-    LogSums total = sum_serialised(local);
+    LogSums total = sum_serialised(read_all());
     const std::vector<std::string> names = names_of(per_rank_[0]);
     if (std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
       agreed_count_[pending_->channel] = static_cast<int64_t>(names.size());
+      agreed_device_count_[pending_->channel] = static_cast<int64_t>(pending_->device.size());
     }
     return total;
   }
@@ -301,36 +407,38 @@ LogSums StatSync::finish_gathered() {
     const auto a = row.accessor<double, 1>();
     LogSums sums;
     int64_t i = 4;
-    for (const auto& [name, value] : local) sums[name] = a[i++];
+    for (const auto& [name, value] : named) sums[name] = a[i++];
     for (const auto& [name, value] : sums) total[name] += value;
     per_rank_.push_back(std::move(sums));
   }
+  keep_device_late(total);
   return total;
 }
 
 LogSums StatSync::sum_serialised(const LogSums& local) {
   const std::vector<uint8_t> bytes = serialise(local);
 
+  // On the host's group, in host memory, as the rows.
   std::vector<torch::Tensor> length_in{
-      torch::full({1}, static_cast<int64_t>(bytes.size()), torch::TensorOptions().dtype(torch::kInt64)).to(device_)};
+      torch::full({1}, static_cast<int64_t>(bytes.size()), torch::TensorOptions().dtype(torch::kInt64))};
   std::vector<std::vector<torch::Tensor>> length_out(1);
   for (int64_t r = 0; r < world_size_; ++r) length_out[0].push_back(torch::empty_like(length_in[0]));
-  wait(group_->allgather(length_out, length_in), "allgather of the lengths");
+  wait(host_->allgather(length_out, length_in), "allgather of the lengths");
   std::vector<int64_t> lengths;  // [rank] bytes
-  for (const auto& t : length_out[0]) lengths.push_back(t.cpu().item<int64_t>());
+  for (const auto& t : length_out[0]) lengths.push_back(*t.const_data_ptr<int64_t>());
   const int64_t longest = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
 
   torch::Tensor padded = torch::zeros({longest}, torch::TensorOptions().dtype(torch::kUInt8));
   if (!bytes.empty()) std::memcpy(padded.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-  std::vector<torch::Tensor> data_in{padded.to(device_)};
+  std::vector<torch::Tensor> data_in{padded};
   std::vector<std::vector<torch::Tensor>> data_out(1);
   for (int64_t r = 0; r < world_size_; ++r) data_out[0].push_back(torch::empty_like(data_in[0]));
-  wait(group_->allgather(data_out, data_in), "allgather");
+  wait(host_->allgather(data_out, data_in), "allgather");
 
   per_rank_.clear();
   LogSums total;
   for (int64_t r = 0; r < world_size_; ++r) {
-    const torch::Tensor received = data_out[0][r].cpu().contiguous();
+    const torch::Tensor received = data_out[0][r].contiguous();
     per_rank_.push_back(deserialise(received.data_ptr<uint8_t>(), static_cast<size_t>(lengths[r]), r));
     for (const auto& [name, value] : per_rank_.back()) total[name] += value;
   }

@@ -131,6 +131,14 @@ OpCounter::~OpCounter() {
   active.store(nullptr, std::memory_order_release);
 }
 
+OpCounter::OnThread::OnThread(OpCounter& counter) {
+  HETSEQ_ASSERT(active.load(std::memory_order_acquire) == &counter, "OpCounter::OnThread with a counter not active");
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_start, on_end).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+}
+
+OpCounter::OnThread::~OnThread() { at::removeCallback(handle_); }
+
 void OpCounter::reset() {
   ops_.store(0, std::memory_order_relaxed);
   top_ops_.store(0, std::memory_order_relaxed);

@@ -47,6 +47,19 @@ class OpCounter {
   /// Starts both counts from zero again.
   void reset();
 
+  /// Counts the thread that constructs it too, into `counter`, until it is destroyed (with the autograd
+  /// threads that run its backward): ranks as threads in one process, each counted into one total.
+  class OnThread {
+   public:
+    explicit OnThread(OpCounter& counter);
+    ~OnThread();
+    OnThread(const OnThread&) = delete;
+    OnThread& operator=(const OnThread&) = delete;
+
+   private:
+    uint64_t handle_ = 0;  // at::CallbackHandle
+  };
+
  private:
   friend struct OpCounterAccess;
   std::atomic<int64_t> ops_{0};

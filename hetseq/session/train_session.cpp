@@ -216,7 +216,9 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   mine.memory_micro_batch = memory.micro_batch;
   std::vector<int64_t> batch_sizes, valid_batch_sizes;  // [rank]
   std::vector<std::vector<int64_t>> update_freqs;       // [rank][epoch]
+  bool any_gpu = false;
   for (const auto& w : world_.join(mine)) {
+    any_gpu = any_gpu || w.device != torch::Device(torch::kCPU).str();
     batch_sizes.push_back(w.batch_size.front());
     valid_batch_sizes.push_back(w.valid_batch_size);
     update_freqs.push_back(w.update_freq);
@@ -241,7 +243,11 @@ void TrainSession::join(const std::map<std::string, std::string>& compared) {
   }
   // The gradients go through the reducer, every other message through the channel (Note [Communication
   // roles]); both over the world's process group.
-  channel_ = std::make_shared<GroupChannel>(world_.group(), world_.device(), o_.distributed.fast_stat_sync);
+  // Where a rank is on a GPU the host's part of the statistics travels on a host group, on every rank alike
+  // (Note [Stat sync]).
+  stats_on_host_group_ = any_gpu;
+  channel_ = std::make_shared<GroupChannel>(world_.group(), world_.device(), o_.distributed.fast_stat_sync,
+                                            any_gpu ? world_.host_group() : nullptr);
   DdpOptions ddp = o_.distributed.ddp;
   ddp.powersgd.seed = o_.common.seed;
   ddp.shared_memory_timeout = o_.distributed.world.timeout;

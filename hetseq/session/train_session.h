@@ -91,6 +91,7 @@ class TrainSession {
   std::vector<RankMemoryBudget> memory_;  // [rank] budgets and activations for the memory check
   std::shared_ptr<GradientReducer> reducer_;   // the gradients
   std::shared_ptr<CollectiveChannel> channel_;  // every other message (Note [Communication roles])
+  bool stats_on_host_group_ = false;  // some rank is on a GPU: the channels' host rows on a host group (Note [Stat sync])
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -80,6 +80,7 @@ void TrainSession::add_balancer() {
     SitOutOptions so;
     so.timeout = o_.distributed.world.timeout;
     so.fast_stat_sync = o_.distributed.fast_stat_sync;
+    so.host_group = stats_on_host_group_;
     so.stop_requested = [] { return stop_request::requested(); };
     roster_ = std::make_shared<SitOutRoster>(world_, *schedule_, std::dynamic_pointer_cast<DistributedReducer>(reducer_),
                                              channel_, train_data_, so);

@@ -243,6 +243,7 @@ void Controller::finish_round(UpdateResult& result) {
   UpdateAgreement agreed = channel_->finish_update();
   result.sums = std::move(agreed.sums);
   result.stop_agreed = agreed.stop;
+  late_sums_ = std::move(agreed.late);
   result.reduction = sharding_->reducer().last_timing();
 }
 
@@ -271,12 +272,13 @@ void Controller::run_micro_batches(const std::vector<Batch>& micro_batches, doub
           last_log = step.log;
           last_sample_size = step.sample_size;
         }
-        if (reads_late() && channel_->world_size() == 1) {
-          late_tensors_ = local_tensors;  // read after the next update (Note [Reading an update late])
-        } else if (add_to_host(local, local_tensors)) {
-          ++host_reads;
+        if (!reads_late()) {
+          if (add_to_host(local, local_tensors)) ++host_reads;
+          local_tensors.clear();
         }
-        channel_->start_update(local, stop_vote_);
+        // The device statistics stay there: summed over the ranks on the device and read after the next
+        // update (Note [Reading an update late], Note [Stat sync]).
+        channel_->start_update(local, local_tensors, stop_vote_);
       }
       run_backward(step.loss, k, count, loss_scale);
     };

@@ -210,7 +210,7 @@ class Controller {
   /// Whether this update's device values are read late: not under loss scaling, whose skip decision
   /// the host needs at once. See Note [Reading an update late].
   bool reads_late() const { return options_.read_late && scaler_ == nullptr; }
-  /// Starts the copy of the update's late values (late_tensors_, late_norm_) to the host and keeps them as
+  /// Starts the copy of the update's late values (late_sums_, late_norm_) to the host and keeps them as
   /// pending_.
   void keep_late(UpdateResult result);
   /// The end of an applied update: the count, the learning rate, the meters (or the late values kept and the
@@ -231,16 +231,16 @@ class Controller {
   int64_t num_updates_ = 0;
   TrainMeters meters_;
   LogSums epoch_sums_;  // [stat name] summed over the epoch's updates, for derived metrics
-  /// The device statistics of the update in progress that its channel round did not read (world of one).
-  LogTensors late_tensors_;
+  /// The device statistics of the update in progress, summed over the ranks on the device by its channel round.
+  LateSums late_sums_;
   torch::Tensor late_norm_;  // the update's gradient norm on the device (float64), when read late
   std::shared_ptr<Dataset> stand_in_data_;  // --zero-sharding full: where the stand-in batch comes from
   Batch stand_in_;           // samples 0 and 1 of it, collated once (on the host): Note [Stand-in passes]
   /// An update whose device values are on their way to the host. See Note [Reading an update late].
   struct PendingUpdate {
     UpdateResult result;
-    std::vector<std::string> names;  // [value] the late device statistics, then the gradient norm
-    torch::Tensor values;            // float64 [names + 1] in host memory (pinned on CUDA), being filled
+    LateSums late;                   // the late device statistics' names and rows (the rows' values in `values`)
+    torch::Tensor values;            // float64 [rows x names, then the norm] in host memory (pinned on CUDA)
     std::shared_ptr<c10::Event> copied;  // recorded after the copy on a CUDA device; null elsewhere
     int64_t update = 0;              // its number, for messages
   };

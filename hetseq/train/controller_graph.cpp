@@ -196,7 +196,7 @@ UpdateResult Controller::replay_update(const Batch& batch) {
   result.loss_scale = 1.0;
   result.replayed = true;
   sharding_->reducer().before_forward();
-  channel_->start_update(graph_host_log_, stop_vote_);
+  channel_->start_update(graph_host_log_, graph_tensors_, stop_vote_);  // a world of one: stacked after the replay
   // The count, the learning rate and epsilon of this update's step into the tensors its kernels read: before the
   // replay, which runs those kernels (Note [The step in a CUDA graph]).
   if (graph_steps_) sharding_->optimizer().prepare_step();
@@ -205,7 +205,6 @@ UpdateResult Controller::replay_update(const Batch& batch) {
     graph_->replay();
   }
   finish_round(result);
-  late_tensors_ = graph_tensors_;
   late_norm_ = graph_norm_;
   result.gnorm = std::nan("");
   result.late = true;

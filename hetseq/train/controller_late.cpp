@@ -18,10 +18,13 @@ namespace hetseq {
 //   norm > clip as before, is a device tensor that multiplies the gradients (one foreach call per device and
 //   dtype); the norm is read only for the log.
 // - the task's device statistics (losses, correct counts; Note [Statistics on the device]), for the log.
-//   In a world of one no rank has to add them up, so they stay on the device too. With several ranks the
-//   channel's round sums them with the sample counts at the last backward (Note [Stat sync]), so they are
-//   read there, once.
-// At the end of an update its late values (the statistics, then the norm) are stacked into one float64
+//   They stay on the device too: in a world of one no rank has to add them up; with several ranks the
+//   channel's round sums them over the ranks on the device, in a collective of their own beside the host's
+//   row (Note [Stat sync]), and hands them over as rows (LateSums) that the host adds in rank order when it
+//   reads them. The round's host part (the sample count, the stop votes, which names the ranks report)
+//   travels in host memory on a host group, so no read of the device is left in a steady-state update at
+//   any number of ranks (tests/channel/test_host_reads.cpp counts them through the dispatcher).
+// At the end of an update its late values (the statistics' rows, then the norm) are stacked into one float64
 // tensor and copied without blocking into pinned host memory, with an event recorded after the copy; the
 // host reads them at the end of the next update, when the device has long finished them, and adds them
 // to the meters then. train_stats() (the log), meter_state() and state() (checkpoints) and the epoch's end
@@ -32,14 +35,12 @@ namespace hetseq {
 void Controller::keep_late(UpdateResult result) {
   torch::NoGradGuard no_grad;
   PendingUpdate p;
-  std::vector<torch::Tensor> values;  // [value] float64 scalars on the device
-  for (const auto& [name, value] : late_tensors_) {
-    p.names.push_back(name);
-    values.push_back(value.detach().reshape({}).to(torch::kFloat64));
-  }
-  late_tensors_.clear();
-  values.push_back(late_norm_.reshape({}));
-  const torch::Tensor on_device = torch::stack(values);
+  std::vector<torch::Tensor> values;  // float64 on the device: the statistics' rows, then the norm
+  if (!late_sums_.empty()) values.push_back(late_sums_.rows.reshape({-1}));
+  values.push_back(late_norm_.reshape({1}).to(torch::kFloat64));
+  p.late = std::move(late_sums_);
+  late_sums_ = LateSums();
+  const torch::Tensor on_device = values.size() == 1 ? values.front() : torch::cat(values);
   const bool cuda = on_device.is_cuda();
   p.values = torch::empty({on_device.size(0)}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(cuda));
   p.values.copy_(on_device, /*non_blocking=*/true);
@@ -59,8 +60,8 @@ std::optional<UpdateResult> Controller::read_late_update() {
   pending_.reset();
   if (p.copied) p.copied->synchronize();
   const double* values = p.values.const_data_ptr<double>();  // host memory, written by the copy
-  for (size_t i = 0; i < p.names.size(); ++i) p.result.sums[p.names[i]] += values[i];
-  const double gnorm = values[p.names.size()];
+  p.late.add_totals(p.result.sums, values);
+  const double gnorm = values[p.values.size(0) - 1];
   if (!std::isfinite(gnorm)) throw detail::diverged(p.update, gnorm);
   p.result.gnorm = gnorm;
   p.result.clipped = options_.clip_norm > 0 && gnorm > options_.clip_norm;

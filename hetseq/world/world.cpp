@@ -170,9 +170,29 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::role_group(const std::string& role
   return kept;
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> World::group_over(const std::string& prefix, int64_t rank, size_t size) const {
+c10::intrusive_ptr<c10d::ProcessGroup> World::host_group(const std::vector<int64_t>& ranks) {
+  HETSEQ_ASSERT(joined_ && group_, "World::host_group before join()");
+  if (backend_ == "gloo") return ranks.empty() ? group_ : subgroup(ranks);
+  std::vector<int64_t> members = ranks;
+  if (members.empty()) {
+    for (int64_t r = 0; r < world_size_; ++r) members.push_back(r);
+  }
+  const auto it = std::find(members.begin(), members.end(), rank_);
+  HETSEQ_ASSERT(it != members.end() && std::is_sorted(members.begin(), members.end()),
+                "World::host_group: rank {} not among the ranks [{}]", rank_, fmt::join(members, ","));
+  auto& kept = host_groups_[members];
+  if (!kept) {
+    kept = group_over(fmt::format("host/{}", fmt::join(members, ",")), it - members.begin(), members.size(), "gloo");
+  }
+  return kept;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::group_over(const std::string& prefix, int64_t rank, size_t size,
+                                                         const std::string& backend) const {
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, joined_->store);
-  return make_process_group(store, rank, static_cast<int64_t>(size), group_options());
+  ProcessGroupOptions options = group_options();
+  if (!backend.empty()) options.backend = backend;
+  return make_process_group(store, rank, static_cast<int64_t>(size), options);
 }
 
 void World::leave(int exit_code) {

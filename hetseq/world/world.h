@@ -78,10 +78,17 @@ class World {
   /// gathers), which run beside group()'s in their own order; over the run's store with the run's backend
   /// and timeout, made once per role. Every rank calls it at the same point.
   c10::intrusive_ptr<c10d::ProcessGroup> role_group(const std::string& role);
+  /// A process group of `ranks` (empty: every rank) for messages in host memory (the statistics' host rows,
+  /// gathers of per-rank figures: Note [Stat sync]): group() or subgroup(ranks) where the backend is Gloo,
+  /// else a Gloo group of those ranks over the run's store with the run's timeout and transport, made once
+  /// per set. Every rank in `ranks` calls it at the same point, the others do not.
+  c10::intrusive_ptr<c10d::ProcessGroup> host_group(const std::vector<int64_t>& ranks = {});
 
  private:
-  // A process group over the run's store under `prefix`, this rank being `rank` of `size`.
-  c10::intrusive_ptr<c10d::ProcessGroup> group_over(const std::string& prefix, int64_t rank, size_t size) const;
+  // A process group over the run's store under `prefix`, this rank being `rank` of `size`, with `backend`
+  // (empty: the run's).
+  c10::intrusive_ptr<c10d::ProcessGroup> group_over(const std::string& prefix, int64_t rank, size_t size,
+                                                    const std::string& backend = "") const;
 
   bool distributed_ = false;
   int64_t rank_ = 0;
@@ -101,6 +108,7 @@ class World {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> subgroups_;  // [ranks]
   std::map<std::string, c10::intrusive_ptr<c10d::ProcessGroup>> role_groups_;          // [role]
+  std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> host_groups_;  // [ranks], not over Gloo
 };
 
 }  // namespace hetseq

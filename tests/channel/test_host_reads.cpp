@@ -1,0 +1,211 @@
+// Updates of tiny BERT through the real task, Controller, reducer and statistics channel in a world of three
+// (ranks as threads, Gloo over loopback): the host reads nothing of the device's values inside an update, on any
+// rank, counted by LibTorch's own dispatcher (Note [Counting operators]): neither the task's statistics, summed
+// over the ranks on the device and read after the update (Note [Stat sync]), nor the rows of the channel's round,
+// which the host reads in its own memory. The path of a GPU (a host group beside the device's) is taken with a
+// second Gloo group. The statistics read late are the update's: bit for bit those of the same run reading every
+// value at once. The control: a task that reads its loss inside the update is counted, on every rank.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/torch.h>
+
+#include "bert/shard_writer.h"
+#include "hetseq/channel/group_channel.h"
+#include "hetseq/observe/op_counter.h"
+#include "hetseq/optim/adam.h"
+#include "hetseq/optim/fixed.h"
+#include "hetseq/reduce/ddp_reducer.h"
+#include "hetseq/train/controller.h"
+#include "hetseq/world/process_group.h"
+#include "support/rank_threads.h"
+#include "support/temp_dir.h"
+#include "support/test_paths.h"
+#include "tasks/bert/bert_config.h"
+#include "tasks/bert/bert_task.h"
+
+using hetseq::Batch;
+using hetseq::test::Group;
+
+namespace host_reads {
+
+constexpr int kWorld = 3;
+constexpr int kWarm = 2;     // updates before the count: the names are learnt, c10d's buckets rebuilt
+constexpr int kCounted = 3;  // updates counted on every rank
+
+/// The bert task; with `read_loss`, its train_step also reads the loss on the host, as a task must not.
+class ReadingBertTask final : public hetseq::Task {
+ public:
+  ReadingBertTask(hetseq::bert::BertTaskOptions options, bool read_loss)
+      : inner_(std::move(options)), read_loss_(read_loss) {}
+  std::shared_ptr<torch::nn::Module> build_model() override { return inner_.build_model(); }
+  std::shared_ptr<hetseq::Dataset> load_dataset(const std::string& split) override {
+    return inner_.load_dataset(split);
+  }
+  hetseq::StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override {
+    hetseq::StepOutput out = inner_.compute_loss(model, batch);
+    if (read_loss_) last_loss = out.loss.item<double>();
+    return out;
+  }
+  std::vector<hetseq::Ratio> ratios() const override { return inner_.ratios(); }
+  double last_loss = 0;
+
+ private:
+  hetseq::bert::BertTask inner_;
+  bool read_loss_;
+};
+
+struct Setting {
+  bool host_group = false;  // the GPU's path: the host's rows on a group of their own
+  bool fast = false;        // --fast-stat-sync
+  bool read_late = true;    // false: every value read at once (the reference)
+  bool read_loss = false;   // the control's task
+};
+
+struct Run {
+  int64_t host_reads = 0;  // over the counted updates of every rank
+  int64_t ops = 0;
+  std::vector<std::vector<hetseq::UpdateResult>> returned;  // [rank][counted update] as train_update returned it
+  std::vector<std::vector<hetseq::UpdateResult>> complete;  // [rank][counted update] with its late values read
+};
+
+/// A Gloo group of the rank threads beside run_ranks' own, over `store`; the first collective of each is
+/// enqueued under one mutex, as run_ranks does for its groups (rank_threads.cpp).
+Group second_group(int rank, const c10::intrusive_ptr<c10d::Store>& store) {
+  static std::mutex first_enqueue;
+  hetseq::ProcessGroupOptions options;
+  options.timeout = std::chrono::seconds(10);
+  Group group = hetseq::make_process_group(c10::make_intrusive<c10d::PrefixStore>("host", store), rank, kWorld, options);
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    std::lock_guard<std::mutex> lock(first_enqueue);
+    std::vector<torch::Tensor> one{torch::zeros({1})};
+    work = group->allreduce(one);
+  }
+  work->wait();
+  return group;
+}
+
+/// kWarm + kCounted updates of tiny BERT (no dropout, vocabulary cut to the shard's ids) on three ranks, each
+/// with two micro-batches of 4 sequences of its own, Adam at 1e-3 and clip 0.5; the counted updates under one
+/// OpCounter that every rank thread joins.
+Run train(const Setting& setting) {
+  hetseq::test::TempDir dir;
+  hetseq::test::write_shard(dir / "tiny_train_0.hdf5", hetseq::test::make_shard(64, 16, 4));
+  hetseq::bert::BertTaskOptions o;
+  o.data = dir.path();
+  o.config_file = hetseq::test::source_dir() + "/configs/bert-tiny.json";
+  o.config = hetseq::bert::read_bert_config(o.config_file);
+  o.config.vocab_size = 2112;  // the shard's ids are below 2100
+  o.config.hidden_dropout_prob = 0;  // the rank threads share one generator: no draws
+  o.config.attention_probs_dropout_prob = 0;
+  o.max_pred_length = 4;
+  // Built one after the other: the same weights on every rank.
+  std::vector<std::unique_ptr<ReadingBertTask>> tasks;
+  std::vector<std::shared_ptr<torch::nn::Module>> models;
+  std::vector<std::vector<std::vector<Batch>>> batches(kWorld);  // [rank][update][micro-batch], collated here
+  for (int r = 0; r < kWorld; ++r) {
+    tasks.push_back(std::make_unique<ReadingBertTask>(o, setting.read_loss));
+    torch::manual_seed(1);
+    models.push_back(tasks.back()->build_model());
+    const auto data = tasks.back()->load_dataset("train");
+    for (int u = 0; u < kWarm + kCounted; ++u) {
+      std::vector<Batch> micro;
+      for (int k = 0; k < 2; ++k) {
+        std::vector<int64_t> rows;
+        for (int i = 0; i < 4; ++i) rows.push_back((u * 24 + r * 8 + k * 4 + i) % 64);
+        micro.push_back(data->collate(rows));
+      }
+      batches[r].push_back(std::move(micro));
+    }
+  }
+  Run run;
+  run.returned.resize(kWorld);
+  run.complete.resize(kWorld);
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  hetseq::test::OneIntraOpThread one_thread;
+  hetseq::OpCounter counter;  // the rank threads join it for their counted updates; this thread only waits
+  hetseq::test::run_ranks(kWorld, [&](int rank, const Group& group) {
+    const Group host = setting.host_group ? second_group(rank, store) : nullptr;
+    auto reducer = std::make_shared<hetseq::DistributedReducer>(*models[rank], group, hetseq::test::ddp_over_group());
+    auto channel = std::make_shared<hetseq::GroupChannel>(group, torch::kCPU, setting.fast, host);
+    hetseq::optim::AdamOptions adam;
+    adam.lr = 1e-3;
+    auto optimizer = std::make_unique<hetseq::optim::Adam>(models[rank]->parameters(), adam);
+    hetseq::optim::FixedOptions fixed;
+    fixed.lrs = {1e-3};
+    auto scheduler = std::make_unique<hetseq::optim::Fixed>(*optimizer, fixed);
+    hetseq::ControllerOptions options;
+    options.clip_norm = 0.5;
+    options.rank = rank;
+    options.read_late = setting.read_late;
+    hetseq::Controller controller(*tasks[rank], models[rank], std::move(optimizer), std::move(scheduler), reducer,
+                                  options, channel);
+    for (int u = 0; u < kWarm; ++u) controller.train_update(batches[rank][u]);
+    controller.read_late_update();
+    for (int u = kWarm; u < kWarm + kCounted; ++u) {
+      hetseq::UpdateResult returned;
+      {
+        const hetseq::OpCounter::OnThread counted(counter);
+        returned = controller.train_update(batches[rank][u]);
+      }
+      run.returned[rank].push_back(returned);
+      run.complete[rank].push_back(controller.read_late_update().value_or(returned));
+    }
+  });
+  run.host_reads = counter.host_reads();
+  run.ops = counter.ops();
+  return run;
+}
+
+}  // namespace host_reads
+
+TEST_CASE("Updates at world size 3 read nothing from the device inside them, on any rank, counted by the dispatcher",
+          "[channel][stat-sync][sync]") {
+  const bool fast = GENERATE(false, true);
+  INFO("fast " << fast);
+  // Every value read at once: the same updates' statistics and norms, and what reading costs.
+  const host_reads::Run reference = host_reads::train(host_reads::Setting{false, fast, /*read_late=*/false});
+  CHECK(reference.host_reads == 2 * host_reads::kWorld * host_reads::kCounted);  // the statistics and the norm
+  for (const bool host_group : {false, true}) {
+    INFO("host group " << host_group);
+    const host_reads::Run run = host_reads::train(host_reads::Setting{host_group, fast});
+    CHECK(run.host_reads == 0);
+    CHECK(run.ops > 100 * host_reads::kWorld * host_reads::kCounted);  // every rank's operators were seen
+    for (int r = 0; r < host_reads::kWorld; ++r) {
+      INFO("rank " << r);
+      for (int u = 0; u < host_reads::kCounted; ++u) {
+        INFO("counted update " << u);
+        const hetseq::UpdateResult& returned = run.returned[r][u];
+        CHECK(returned.late);
+        CHECK(returned.host_reads == 0);
+        // A device value: still on the device with a host group; without one the device is this CPU, and the
+        // round carried it (read at no wait).
+        CHECK(returned.sums.count("loss") == (host_group ? 0u : 1u));
+        CHECK(returned.sums.at("sample_size") == 8 * host_reads::kWorld);
+        // Read late: bit for bit the sums and the norm read at once.
+        const hetseq::UpdateResult& late = run.complete[r][u];
+        const hetseq::UpdateResult& once = reference.complete[r][u];
+        CHECK_FALSE(late.late);
+        CHECK(late.sums == once.sums);
+        CHECK(late.gnorm == once.gnorm);
+        CHECK(late.clipped == once.clipped);
+        CHECK(late.sums.at("loss") > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("The dispatcher's count sees a host read put into an update on every rank of three",
+          "[channel][stat-sync][sync]") {
+  const host_reads::Run run = host_reads::train(host_reads::Setting{/*host_group=*/true, /*fast=*/false, /*read_late=*/true, /*read_loss=*/true});
+  // item() of the loss, in each micro-batch of each counted update of each rank.
+  CHECK(run.host_reads == 2 * host_reads::kWorld * host_reads::kCounted);
+}
