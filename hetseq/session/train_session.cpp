@@ -266,6 +266,7 @@ void TrainSession::add_units(ShardingOptions& sharding) const {
   if (!sharding_.gathers_parameters()) return;
   sharding.unit_of = parameter_units(*model_);
   sharding.unit_group = world_.role_group("unit-gather");
+  if (stats_on_host_group_) sharding.host_group = world_.host_group();
   auto* shardable = dynamic_cast<ShardableModel*>(model_.get());
   if (shardable) {
     sharding.set_unit_runner = [shardable](std::shared_ptr<UnitRunner> runner) {

@@ -8,8 +8,11 @@ namespace hetseq {
 
 ParameterSharding::ParameterSharding(std::unique_ptr<ShardedOptimizer> optimizer,
                                      std::shared_ptr<ShardReducer> reducer, std::shared_ptr<UnitGather> units,
-                                     c10::intrusive_ptr<c10d::ProcessGroup> group)
-    : GradientSharding(std::move(optimizer), std::move(reducer), std::move(group)), units_(std::move(units)) {
+                                     c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                     c10::intrusive_ptr<c10d::ProcessGroup> host_group)
+    : GradientSharding(std::move(optimizer), std::move(reducer), std::move(group)),
+      units_(std::move(units)),
+      host_group_(std::move(host_group)) {
   HETSEQ_ASSERT(units_, "ParameterSharding without its UnitGather");
   optimizer_->use_parameter_shard(units_->shard());
   UnitGather* held = units_.get();
@@ -27,13 +30,17 @@ void ParameterSharding::gather() {
 }
 
 int64_t ParameterSharding::passes(int64_t mine) {
-  std::vector<torch::Tensor> most{torch::full({1}, mine, torch::TensorOptions().dtype(torch::kInt64).device(
-                                                             units_->shard().device()))};
+  // In host memory where a group takes it (a host group, or the group of shards on the CPU): the host then
+  // waits for its peers, never for its device (Note [Stat sync]).
+  const bool on_host = host_group_ || units_->shard().device().is_cpu();
+  const c10::intrusive_ptr<c10d::ProcessGroup>& group = host_group_ ? host_group_ : group_;
+  std::vector<torch::Tensor> most{torch::full(
+      {1}, mine, torch::TensorOptions().dtype(torch::kInt64).device(on_host ? torch::kCPU : units_->shard().device()))};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
-  wait_for_peers(group_->allreduce(most, options), group_->getRank(), group_->getSize(),
+  wait_for_peers(group->allreduce(most, options), group->getRank(), group->getSize(),
                  "allreduce of the update's micro-batch counts");
-  return most[0].cpu().item<int64_t>();
+  return on_host ? *most[0].const_data_ptr<int64_t>() : most[0].cpu().item<int64_t>();
 }
 
 void ParameterSharding::collect_model(bool keep) { collected_ = units_->whole_parameters(keep); }

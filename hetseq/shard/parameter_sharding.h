@@ -15,8 +15,10 @@ namespace hetseq {
 /// rank 0's file. See Note [Sharded parameters].
 class ParameterSharding final : public GradientSharding {
  public:
+  /// `host_group`: where the count of passes goes in host memory (see ShardingOptions::host_group).
   ParameterSharding(std::unique_ptr<ShardedOptimizer> optimizer, std::shared_ptr<ShardReducer> reducer,
-                    std::shared_ptr<UnitGather> units, c10::intrusive_ptr<c10d::ProcessGroup> group);
+                    std::shared_ptr<UnitGather> units, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                    c10::intrusive_ptr<c10d::ProcessGroup> host_group = nullptr);
 
   ZeroSharding mode() const override { return ZeroSharding::kFull; }
   /// The reduction, then every unit a backward pass left gathered is freed.
@@ -31,6 +33,7 @@ class ParameterSharding final : public GradientSharding {
 
  private:
   std::shared_ptr<UnitGather> units_;
+  c10::intrusive_ptr<c10d::ProcessGroup> host_group_;
   std::vector<torch::Tensor> collected_;  // [param] collect_model()'s whole parameters, on the CPU
 };
 

@@ -50,7 +50,7 @@ std::unique_ptr<ShardingStrategy> make_sharding_strategy(std::vector<torch::Tens
     }
     if (options.set_unit_runner) options.set_unit_runner(units);
     return std::make_unique<ParameterSharding>(std::move(optimizer), std::move(shard_reducer), std::move(units),
-                                               std::move(group));
+                                               std::move(group), options.host_group);
   }
   HETSEQ_ASSERT(reducer, "make_sharding_strategy for --zero-sharding os without a reducer");
   return std::make_unique<OptimizerStateSharding>(

@@ -28,6 +28,9 @@ struct ShardingOptions {
   std::vector<int64_t> unit_of;
   /// full: the units' gathers' own process group, with the ranks of `group` (World::role_group).
   c10::intrusive_ptr<c10d::ProcessGroup> unit_group;
+  /// full: a Gloo group of the same ranks for the host's count of passes (World::host_group), where the shards
+  /// are on a GPU; null: `group`, whose shards are then on the CPU, or a read of the device (Note [Stat sync]).
+  c10::intrusive_ptr<c10d::ProcessGroup> host_group;
   /// full: what the model's units run through (ShardableModel::set_unit_runner), given the UnitGather built.
   std::function<void(std::shared_ptr<UnitRunner>)> set_unit_runner;
 };

@@ -188,6 +188,25 @@ TEST_CASE("Sharding os, os+grad and full with budgets 1:1:2 and batches 16/24/40
   CHECK(params == 4 * total);
 }
 
+TEST_CASE("At three ranks a steady-state update reads nothing from the device, unsharded and under full (its count "
+          "of passes in host memory), counted by the dispatcher",
+          "[distributed][multiprocess][zero_shard][sync]") {
+  // --step-profile counts the reads of updates 4 to 9 on rank 0 (Note [Step profile]); the statistics and the
+  // count of passes go in host memory (Note [Stat sync]), the norm is read after the next update (Note [Reading
+  // an update late]).
+  for (const std::string sharding : {"none", "full"}) {
+    INFO("--zero-sharding " << sharding);
+    TempDir dir;
+    const auto ranks = train(dir.path(), sharding, {"1", "1", "2"}, 12, false, {"--step-profile", "3,6"});
+    require_all(ranks, sharding);
+    const auto profile = json_lines(ranks[0].out, "step_profile");
+    REQUIRE(profile.size() == 1);
+    CHECK(profile.front()["timed_updates"] == 6);
+    CHECK(profile.front()["aten_ops_per_update"].get<double>() > 50);  // the counter saw the updates
+    CHECK(profile.front()["host_reads_per_update"] == 0);
+  }
+}
+
 TEST_CASE("Sharding full with update-freqs 2/1/1, validation and an epoch's uneven end (stand-in passes) trains and "
           "validates as none, bit for bit, and resumes so at any update: mid-epoch, before the short end, at it",
           "[distributed][multiprocess][zero_shard]") {
