@@ -44,7 +44,7 @@
 #         route   prints the machine's glibc, torch (version, CUDA, library folder), GPUs, nvcc; uses the packed
 #                 binaries when torch is the packed version and glibc is new enough, else builds src/ there
 #                 against the machine's LibTorch with prefix/ (the ldd check is then repeated on what it built)
-#         cuda    the BERT-related CUDA tests ([cuda][bert], and the steady state's host syncs)
+#         cuda    the BERT-related CUDA tests ([cuda][bert], the steady state's host syncs, the statistics on a GPU)
 #         cuda-all  every CUDA test ([cuda]): MNIST, exactness with CUDA ranks, fp16, bf16, resume, unused params, NCCL
 #         nccl1   MNIST on one GPU (samples/s), and the NCCL world-size-1 test
 #         gloo2   MNIST on 2 ranks sharing GPU 0 over Gloo with CUDA tensors (samples/s)
@@ -122,7 +122,7 @@ done
 step_budget() {
   case "$1" in
     route) echo 60 ;;        # the packed binaries: 5-20 s; the source route needs a second call's budget
-    cuda) echo 120 ;;        # 3 tests, 4 at a time, each a start of LibTorch and CUDA
+    cuda) echo 120 ;;        # 4 tests, 4 at a time, each a start of LibTorch and CUDA
     bert) echo 300 ;;        # 3 batches x 3 systems of 10 + 50 updates, about 25 s each; the data line; profile
     cuda-all) echo 240 ;;
     nccl1) echo 100 ;;
@@ -892,7 +892,7 @@ run_checks() {
     case "$s" in
       route) step_route || failed=1
              export HETSEQ_TEST_BINARY_DIR="$(dirname "$BIN")" HETSEQ_TEST_PYTHON="$TORCH_PY" ;;
-      cuda) run_tests cuda "${test_spec:-[cuda][bert],CUDA: an update syncs with the device not at all*}" 4 5 || failed=1 ;;
+      cuda) run_tests cuda "${test_spec:-[cuda][bert],CUDA: an update syncs with the device not at all*,[cuda][stat-sync]}" 4 5 || failed=1 ;;
       cuda-all) run_tests cuda-all "[cuda]" 4 5 || failed=1 ;;
       nccl1) step_nccl1 || failed=1 ;;
       gloo2) step_gloo2 || failed=1 ;;

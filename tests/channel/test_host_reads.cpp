@@ -7,14 +7,12 @@
 // value at once. The control: a task that reads its loss inside the update is counted, on every rank.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
 #include "bert/shard_writer.h"
@@ -24,7 +22,6 @@
 #include "hetseq/optim/fixed.h"
 #include "hetseq/reduce/ddp_reducer.h"
 #include "hetseq/train/controller.h"
-#include "hetseq/world/process_group.h"
 #include "support/rank_threads.h"
 #include "support/temp_dir.h"
 #include "support/test_paths.h"
@@ -76,23 +73,6 @@ struct Run {
   std::vector<std::vector<hetseq::UpdateResult>> complete;  // [rank][counted update] with its late values read
 };
 
-/// A Gloo group of the rank threads beside run_ranks' own, over `store`; the first collective of each is
-/// enqueued under one mutex, as run_ranks does for its groups (rank_threads.cpp).
-Group second_group(int rank, const c10::intrusive_ptr<c10d::Store>& store) {
-  static std::mutex first_enqueue;
-  hetseq::ProcessGroupOptions options;
-  options.timeout = std::chrono::seconds(10);
-  Group group = hetseq::make_process_group(c10::make_intrusive<c10d::PrefixStore>("host", store), rank, kWorld, options);
-  c10::intrusive_ptr<c10d::Work> work;
-  {
-    std::lock_guard<std::mutex> lock(first_enqueue);
-    std::vector<torch::Tensor> one{torch::zeros({1})};
-    work = group->allreduce(one);
-  }
-  work->wait();
-  return group;
-}
-
 /// kWarm + kCounted updates of tiny BERT (no dropout, vocabulary cut to the shard's ids) on three ranks, each
 /// with two micro-batches of 4 sequences of its own, Adam at 1e-3 and clip 0.5; the counted updates under one
 /// OpCounter that every rank thread joins.
@@ -133,7 +113,7 @@ Run train(const Setting& setting) {
   hetseq::test::OneIntraOpThread one_thread;
   hetseq::OpCounter counter;  // the rank threads join it for their counted updates; this thread only waits
   hetseq::test::run_ranks(kWorld, [&](int rank, const Group& group) {
-    const Group host = setting.host_group ? second_group(rank, store) : nullptr;
+    const Group host = setting.host_group ? hetseq::test::second_group(rank, kWorld, store, "host") : nullptr;
     auto reducer = std::make_shared<hetseq::DistributedReducer>(*models[rank], group, hetseq::test::ddp_over_group());
     auto channel = std::make_shared<hetseq::GroupChannel>(group, torch::kCPU, setting.fast, host);
     hetseq::optim::AdamOptions adam;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
 #include "hetseq/world/process_group.h"
@@ -111,6 +112,22 @@ void run_ranks(int world, const RankBody& body) {
                  message_of(errors[static_cast<size_t>(order[i])]).c_str());
   }
   std::rethrow_exception(errors[static_cast<size_t>(order.front())]);
+}
+
+Group second_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                   std::chrono::milliseconds timeout) {
+  static std::mutex first_enqueue;
+  hetseq::ProcessGroupOptions options;
+  options.timeout = timeout;
+  Group group = hetseq::make_process_group(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank, world, options);
+  c10::intrusive_ptr<c10d::Work> work;
+  {
+    std::lock_guard<std::mutex> lock(first_enqueue);
+    std::vector<torch::Tensor> one{torch::zeros({1})};
+    work = group->allreduce(one);
+  }
+  work->wait();
+  return group;
 }
 
 std::string message_of(const std::exception_ptr& e) {

@@ -41,6 +41,12 @@ std::vector<std::exception_ptr> run_ranks_collect(int world, const RankBody& bod
 /// cause, as a rule), with the other ranks' messages on stderr.
 void run_ranks(int world, const RankBody& body);
 
+/// Another Gloo group of the rank threads beside run_ranks' own (a host group: Note [Stat sync]), over `store`
+/// (one the test shares between its rank threads) under `prefix`; every rank thread calls it at the same point.
+/// The first collective of each is enqueued under one mutex, as run_ranks does for its groups.
+Group second_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 /// DdpOptions whose gradient buckets go through the process group, never through shared memory (ranks as
 /// threads are on one machine, where --shared-memory-reduce auto would take it): for the tests that count the
 /// group's collectives or break them.

@@ -89,7 +89,7 @@ TEST_CASE("two ranks in two network namespaces with a secret: every Gloo pair sp
   const std::string secret = dir / "job.secret";
   hetseq::JobSecret::make(secret);
 
-  const Run plain = train_between(hosts, dir.path(), dir / "plain", 29500, {});
+  const gloo_tls_test::Run plain = train_between(hosts, dir.path(), dir / "plain", 29500, {});
   require_all({plain.rank0, plain.rank1}, "plain Gloo");
   CHECK_THAT(plain.rank0.err, !Contains("over TLS"));
   // The control: the capture sees Gloo's connections, and without TLS their messages are not TLS records.
@@ -101,7 +101,7 @@ TEST_CASE("two ranks in two network namespaces with a secret: every Gloo pair sp
   CAPTURE(nlohmann::json(plain.streams).dump());
   CHECK(clear > 0);
 
-  const Run sealed = train_between(hosts, dir.path(), dir / "sealed", 29501, {"--distributed-secret-file", secret});
+  const gloo_tls_test::Run sealed = train_between(hosts, dir.path(), dir / "sealed", 29501, {"--distributed-secret-file", secret});
   require_all({sealed.rank0, sealed.rank1}, "Gloo over TLS");
   CHECK_THAT(sealed.rank0.err, Contains("[process-group] Gloo's connections over TLS 1.3"));
   CHECK_THAT(sealed.rank1.err, Contains("[process-group] Gloo's connections over TLS 1.3"));
