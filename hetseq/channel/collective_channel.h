@@ -17,6 +17,7 @@ struct UpdateAgreement {
   LogSums sums;             // the update's statistics summed over the ranks (sample_size included), but `late`'s
   bool stop = false;        // some rank voted to stop the run after this update (Note [Clean stops])
   LateSums late;            // the device statistics summed over the ranks, still on the device: read them late
+  int64_t host_reads = 0;   // reads of the device the round made (names that changed: Note [Stat sync])
 };
 
 /// Every collective of a run that is not a gradient: an update's statistics with the stop vote, the sums

@@ -26,6 +26,7 @@ UpdateAgreement GroupChannel::finish_update() {
   done.sums = stats_.finish();
   done.stop = stats_.last_stop_votes() > 0;
   done.late = stats_.take_late();
+  done.host_reads = stats_.last_host_reads();
   return done;
 }
 

@@ -136,10 +136,15 @@ LogSums deserialise(const uint8_t* data, size_t size, int64_t from_rank) {
 // the layout in force (the steady state), the host never reads the device's collective: finish() leaves
 // the device statistics out of its sums and hands them over as LateSums, rows still on the device, which
 // the Controller copies without blocking and adds after the next update (Note [Reading an update late]),
-// in rank order as above. Where the names changed, every rank learns it from the host's row at the same
-// point, inside the update, reads its device values there (once) and takes the paths above. So in the
-// steady state an update makes the host wait for no device value, at any number of ranks, and the host
-// learns the sample count and the stop votes from the host's row alone.
+// in rank order as above. A name that a rank reports both on the host and on the device travels on the
+// device with the host's value added there (h + d per rank, as the host would have added them), its host
+// slot 0. Where the names changed (the first update, a rank without samples), every rank learns it from the
+// host's row at the same point, inside the update, reads its device values there (once, counted in
+// last_host_reads()) and takes the paths above; the layout changes only where every rank reported the same
+// names from the same places. So in the steady state the host waits for no device value, at any number of
+// ranks, and learns the sample count and the stop votes from the host's row alone (over NCCL; where the
+// device's group is Gloo, Gloo's wait for the device's collective blocks the host until the values reach
+// it, as its gradient buckets do for the whole backward).
 
 StatSync::StatSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device, bool fast,
                    c10::intrusive_ptr<c10d::ProcessGroup> host_group)
@@ -167,6 +172,7 @@ void StatSync::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what
 void StatSync::start(const LogSums& local, const LogTensors& device_values, Channel channel, bool stop) {
   HETSEQ_ASSERT(!pending_, "StatSync::start while the previous sum is not finished");
   extra_rounds_ = 0;
+  host_reads_ = 0;
   stop_votes_ = 0;
   late_ = LateSums();
   if (split_) {
@@ -180,9 +186,10 @@ void StatSync::start(const LogSums& local, const LogTensors& device_values, Chan
 
 void StatSync::launch(const LogSums& local, const LogTensors& device, Channel channel, int64_t count,
                       int64_t device_count, bool stop) {
-  // The host's row names every statistic; a device statistic's slot holds a zero (its value travels apart).
+  // The host's row names every statistic; a device statistic's slot holds a zero (its value travels apart,
+  // the host's value of the same name with it).
   LogSums named = local;
-  for (const auto& [name, value] : device) named.emplace(name, 0.0);
+  for (const auto& [name, value] : device) named[name] = 0.0;
   const int64_t n = static_cast<int64_t>(named.size());
   const double hash = static_cast<double>(hash_names(named, device));
   const double sample_size = sum_or(local, "sample_size");
@@ -231,8 +238,14 @@ void StatSync::launch(const LogSums& local, const LogTensors& device, Channel ch
     // host's row tells every rank so (see Note [Stat sync]).
     torch::Tensor values;
     if (static_cast<int64_t>(device.size()) == device_count) {
+      // A name the host reports too travels here with the host's value added (on the device), so that the
+      // ranks add h + d per rank as they would have on the host, and its slot in the host's row stays 0.
       std::vector<torch::Tensor> parts;
-      for (const auto& [name, value] : device) parts.push_back(value.detach().reshape({}).to(torch::kFloat64));
+      for (const auto& [name, value] : device) {
+        torch::Tensor v = value.detach().reshape({}).to(torch::kFloat64);
+        if (const auto it = local.find(name); it != local.end()) v = v + it->second;
+        parts.push_back(v);
+      }
       values = torch::stack(parts);
     } else {
       values = torch::zeros({device_count}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
@@ -280,19 +293,21 @@ void StatSync::wait_device() {
 
 void StatSync::keep_device_late(LogSums& total) {
   if (pending_->device.empty()) return;
-  wait_device();  // on CUDA: the current stream waits for the collective's; the host does not
+  // NCCL: the current stream waits for the collective's, the host does not. Gloo on CUDA tensors (a GPU rank
+  // beside CPU ranks, --distributed-backend gloo): the host waits until the values reached it, as Gloo's
+  // gradient buckets make it wait for the whole backward anyway.
+  wait_device();
   for (const auto& [name, value] : pending_->device) {
     late_.names.push_back(name);
-    if (pending_->local.count(name) > 0) continue;  // the host's own value of the name stays in the sums
-    total.erase(name);
+    total.erase(name);  // its zeros; the host's value, if any, went with the device's
     for (LogSums& sums : per_rank_) sums.erase(name);
   }
   late_.rows = fast_ ? pending_->device_in[0].reshape({1, pending_->device_count}) : torch::stack(pending_->device_out[0]);
 }
 
-LogSums StatSync::read_all() const {
+LogSums StatSync::read_all() {
   LogSums all = pending_->local;
-  if (!pending_->device.empty()) add_to_host(all, pending_->device);  // names changed: read once, here
+  if (add_to_host(all, pending_->device)) ++host_reads_;  // names changed: read once, here
   return all;
 }
 
@@ -395,7 +410,14 @@ LogSums StatSync::finish_gathered() {
     extra_rounds_ += 2;
     LogSums total = sum_serialised(read_all());
     const std::vector<std::string> names = names_of(per_rank_[0]);
-    if (std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
+    // The layout changes only where every rank reported the same names from the same places (the same hash):
+    // the device's counts must agree too, or the next update's collectives would differ in size.
+    const bool same_places = std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
+      const auto a = row.accessor<double, 1>();
+      return a[1] == mine[1] && a[2] == mine[2];
+    });
+    if (same_places &&
+        std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
       agreed_count_[pending_->channel] = static_cast<int64_t>(names.size());
       agreed_device_count_[pending_->channel] = static_cast<int64_t>(pending_->device.size());
     }

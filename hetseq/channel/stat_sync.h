@@ -30,11 +30,12 @@ class StatSync {
   /// Which sums a call belongs to: each channel remembers the names its ranks last agreed on, so that
   /// validation and the per-rank summaries between updates do not cost the updates a round.
   enum Channel { kUpdate = 0, kOther = 1 };
-  /// Starts summing `local` over the ranks and returns without waiting: one collective, which runs
-  /// while the caller goes on (backward). Every rank must call it at the same point, and call
-  /// finish() before the next start().
+  /// Starts summing `local` over the ranks and returns without waiting: one collective (two with a host
+  /// group and device statistics: the host's row, then the device's), which runs while the caller goes on
+  /// (backward). Every rank must call it at the same point, and call finish() before the next start().
   /// `stop`: this rank's vote to stop the run (see Note [Clean stops]), counted in last_stop_votes().
-  /// `device_values`: statistics on the device (the task's LogTensors, float64 scalars), summed with the rest.
+  /// `device_values`: statistics on the device (the task's LogTensors, float64 scalars), summed with the rest
+  /// (a name in both `local` and `device_values` sums both).
   void start(const LogSums& local, const LogTensors& device_values, Channel channel, bool stop);
   void start(const LogSums& local, Channel channel = kOther, bool stop = false) { start(local, {}, channel, stop); }
   /// Whether a sum was started and not finished.
@@ -56,11 +57,14 @@ class StatSync {
   LogSums sum(const LogSums& local, Channel channel = kOther);
 
   /// Each rank's sums from the last finish(), `[rank]`; empty with `fast` (the allreduce keeps only
-  /// the totals).
+  /// the totals). Without the device statistics that finish() left on the device (take_late()).
   const std::vector<LogSums>& last_per_rank() const { return per_rank_; }
   /// The collectives the last finish() had to start after start()'s own, and wait for: 0 in the
   /// steady state, more when the names changed. The counter of blocking statistics round trips.
   int64_t last_extra_rounds() const { return extra_rounds_; }
+  /// The reads of the device the last finish() made: 0 in the steady state; 1 where the names changed and
+  /// the device statistics had to join the host's (the first update, a rank without samples).
+  int64_t last_host_reads() const { return host_reads_; }
   /// The number of ranks that voted to stop in the last started sum (known once it was waited for).
   int64_t last_stop_votes() const { return stop_votes_; }
 
@@ -92,7 +96,7 @@ class StatSync {
   /// The steady state's end: the device statistics stay on the device (late_), out of `total` and per_rank_.
   void keep_device_late(LogSums& total);
   /// The host's statistics and the device's read on the host (a read, where the names changed).
-  LogSums read_all() const;
+  LogSums read_all();
   /// Waits for the pending collective (once) and returns the rows: fast, one summed row; gathered,
   /// one row per rank. On the host.
   const std::vector<torch::Tensor>& rows();
@@ -117,6 +121,7 @@ class StatSync {
   LateSums late_;
   std::vector<LogSums> per_rank_;    // [rank]
   int64_t extra_rounds_ = 0;
+  int64_t host_reads_ = 0;
   int64_t stop_votes_ = 0;
 };
 

@@ -244,6 +244,7 @@ void Controller::finish_round(UpdateResult& result) {
   result.sums = std::move(agreed.sums);
   result.stop_agreed = agreed.stop;
   late_sums_ = std::move(agreed.late);
+  result.host_reads += agreed.host_reads;
   result.reduction = sharding_->reducer().last_timing();
 }
 
