@@ -3,8 +3,6 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "hetseq/task/task.h"
 
 namespace hetseq {
