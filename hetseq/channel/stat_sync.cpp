@@ -188,19 +188,21 @@ void StatSync::launch(const LogSums& local, const LogTensors& device, Channel ch
                       int64_t device_count, bool stop) {
   // The host's row names every statistic; a device statistic's slot holds a zero (its value travels apart,
   // the host's value of the same name with it).
-  LogSums named = local;
-  for (const auto& [name, value] : device) named[name] = 0.0;
+  Pending p;
+  p.named = local;
+  for (const auto& [name, value] : device) p.named[name] = 0.0;
+  const LogSums& named = p.named;
   const int64_t n = static_cast<int64_t>(named.size());
   const double hash = static_cast<double>(hash_names(named, device));
   const double sample_size = sum_or(local, "sample_size");
-  Pending p;
   p.local = local;
   p.device = device;
   p.channel = channel;
   p.count = count;
   p.device_count = device_count;
   p.stop = stop;
-  const bool fits = n == count && static_cast<int64_t>(device.size()) == device_count;
+  p.fits = n == count && static_cast<int64_t>(device.size()) == device_count;
+  const bool fits = p.fits;
   torch::Tensor row;
   if (fast_) {
     row = torch::zeros({count + 2 * world_size_ + 2}, torch::TensorOptions().dtype(torch::kFloat64));
@@ -278,13 +280,6 @@ const std::vector<torch::Tensor>& StatSync::rows() {
   return rows_;
 }
 
-bool StatSync::fits_layout() const {
-  const int64_t device = static_cast<int64_t>(pending_->device.size());
-  LogSums named = pending_->local;
-  for (const auto& [name, value] : pending_->device) named.emplace(name, 0.0);
-  return static_cast<int64_t>(named.size()) == pending_->count && device == pending_->device_count;
-}
-
 void StatSync::wait_device() {
   if (!pending_->device_work) return;
   wait(pending_->device_work, fast_ ? "allreduce of the device's part (--fast-stat-sync)" : "allgather of the device's part");
@@ -330,10 +325,10 @@ LogSums StatSync::finish() {
 
 LogSums StatSync::finish_fast() {
   per_rank_.clear();
+  // Copies: a second round replaces the pending sum.
   const LogSums local = pending_->local;
   const LogTensors device = pending_->device;
-  LogSums named = local;  // every name, the device statistics' too
-  for (const auto& [name, value] : device) named.emplace(name, 0.0);
+  const LogSums named = pending_->named;
   const int64_t n = static_cast<int64_t>(named.size());
 
   // The [W] pairs (hash, count) of every rank, from a summed buffer in which each rank filled its own.
@@ -378,7 +373,7 @@ LogSums StatSync::finish_fast() {
       extra_rounds_ += 2;
       return sum_serialised(read_all());
     }
-    if (!fits_layout()) {
+    if (!pending_->fits) {
       // Every rank has these names now: send the values again at their size.
       agreed_count_[pending_->channel] = n;
       agreed_device_count_[pending_->channel] = static_cast<int64_t>(device.size());
@@ -397,25 +392,21 @@ LogSums StatSync::finish_fast() {
 }
 
 LogSums StatSync::finish_gathered() {
-  LogSums named = pending_->local;  // every name, the device statistics' too
-  for (const auto& [name, value] : pending_->device) named.emplace(name, 0.0);
+  const LogSums& named = pending_->named;
   const std::vector<torch::Tensor>& r = rows();
   const auto mine = r[static_cast<size_t>(rank_)].accessor<double, 1>();
-  const bool agree = fits_layout() && std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
-                       const auto a = row.accessor<double, 1>();
-                       return a[1] == mine[1] && a[2] == mine[2];
-                     });
-  if (!agree) {
+  // Every rank reported the same names from the same places (hash and count).
+  const bool same_places = std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
+    const auto a = row.accessor<double, 1>();
+    return a[1] == mine[1] && a[2] == mine[2];
+  });
+  if (!(pending_->fits && same_places)) {
     wait_device();
     extra_rounds_ += 2;
     LogSums total = sum_serialised(read_all());
     const std::vector<std::string> names = names_of(per_rank_[0]);
-    // The layout changes only where every rank reported the same names from the same places (the same hash):
-    // the device's counts must agree too, or the next update's collectives would differ in size.
-    const bool same_places = std::all_of(r.begin(), r.end(), [&](const torch::Tensor& row) {
-      const auto a = row.accessor<double, 1>();
-      return a[1] == mine[1] && a[2] == mine[2];
-    });
+    // The layout changes only where the places agree too: the device's counts must agree, or the next update's
+    // collectives would differ in size.
     if (same_places &&
         std::all_of(per_rank_.begin(), per_rank_.end(), [&](const LogSums& s) { return names_of(s) == names; })) {
       agreed_count_[pending_->channel] = static_cast<int64_t>(names.size());

@@ -72,6 +72,8 @@ class StatSync {
   struct Pending {
     LogSums local;                            // the host's statistics, as start() was given them
     LogTensors device;                        // the device's statistics (with a host group)
+    LogSums named;  // every name, a device statistic's with 0: the host's row's values in this order
+    bool fits = false;  // this rank's names fit the layout the sum was cut for (count and device_count)
     Channel channel = kOther;
     int64_t count = 0;                        // the agreed number of names the buffer was laid out for
     int64_t device_count = 0;                 // of them, the agreed number of device statistics
@@ -89,8 +91,6 @@ class StatSync {
   /// zeros) and the device's row for `device_count`, and starts their collectives.
   void launch(const LogSums& local, const LogTensors& device, Channel channel, int64_t count, int64_t device_count,
               bool stop);
-  /// Whether this rank's names fit the layout the pending sum was cut for.
-  bool fits_layout() const;
   /// Waits for the device statistics' collective, if one was started.
   void wait_device();
   /// The steady state's end: the device statistics stay on the device (late_), out of `total` and per_rank_.

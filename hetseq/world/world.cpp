@@ -155,11 +155,17 @@ ProcessGroupOptions World::group_options() const {
 c10::intrusive_ptr<c10d::ProcessGroup> World::subgroup(const std::vector<int64_t>& ranks) {
   HETSEQ_ASSERT(joined_ && group_, "World::subgroup before join()");
   if (static_cast<int64_t>(ranks.size()) == world_size_) return group_;
+  return kept_group(subgroups_, "subgroup", ranks, "");
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> World::kept_group(
+    std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>>& kept_groups, const std::string& kind,
+    const std::vector<int64_t>& ranks, const std::string& backend) {
   const auto it = std::find(ranks.begin(), ranks.end(), rank_);
   HETSEQ_ASSERT(it != ranks.end() && std::is_sorted(ranks.begin(), ranks.end()),
-                "World::subgroup: rank {} not among the ranks [{}]", rank_, fmt::join(ranks, ","));
-  auto& kept = subgroups_[ranks];
-  if (!kept) kept = group_over(fmt::format("subgroup/{}", fmt::join(ranks, ",")), it - ranks.begin(), ranks.size());
+                "World's {}: rank {} not among the ranks [{}]", kind, rank_, fmt::join(ranks, ","));
+  auto& kept = kept_groups[ranks];
+  if (!kept) kept = group_over(fmt::format("{}/{}", kind, fmt::join(ranks, ",")), it - ranks.begin(), ranks.size(), backend);
   return kept;
 }
 
@@ -177,14 +183,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::host_group(const std::vector<int64
   if (members.empty()) {
     for (int64_t r = 0; r < world_size_; ++r) members.push_back(r);
   }
-  const auto it = std::find(members.begin(), members.end(), rank_);
-  HETSEQ_ASSERT(it != members.end() && std::is_sorted(members.begin(), members.end()),
-                "World::host_group: rank {} not among the ranks [{}]", rank_, fmt::join(members, ","));
-  auto& kept = host_groups_[members];
-  if (!kept) {
-    kept = group_over(fmt::format("host/{}", fmt::join(members, ",")), it - members.begin(), members.size(), "gloo");
-  }
-  return kept;
+  return kept_group(host_groups_, "host", members, "gloo");
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> World::group_over(const std::string& prefix, int64_t rank, size_t size,

@@ -85,6 +85,11 @@ class World {
   c10::intrusive_ptr<c10d::ProcessGroup> host_group(const std::vector<int64_t>& ranks = {});
 
  private:
+  // The group of `ranks` (sorted, this rank among them) kept in `kept_groups`, made on first use over the run's
+  // store under "`kind`/ranks" with `backend` (empty: the run's).
+  c10::intrusive_ptr<c10d::ProcessGroup> kept_group(
+      std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>>& kept_groups, const std::string& kind,
+      const std::vector<int64_t>& ranks, const std::string& backend);
   // A process group over the run's store under `prefix`, this rank being `rank` of `size`, with `backend`
   // (empty: the run's).
   c10::intrusive_ptr<c10d::ProcessGroup> group_over(const std::string& prefix, int64_t rank, size_t size,

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "bert/reading_bert_task.h"
 #include "bert/shard_writer.h"
 #include "hetseq/observe/op_counter.h"
 #include "hetseq/optim/adam.h"
@@ -25,28 +26,6 @@ using hetseq::Batch;
 using hetseq::test::TempDir;
 
 namespace {
-
-/// The bert task; with `read_loss`, its train_step also reads the loss on the host, as a task must not.
-class ReadingBertTask final : public hetseq::Task {
- public:
-  ReadingBertTask(hetseq::bert::BertTaskOptions options, bool read_loss)
-      : inner_(std::move(options)), read_loss_(read_loss) {}
-  std::shared_ptr<torch::nn::Module> build_model() override { return inner_.build_model(); }
-  std::shared_ptr<hetseq::Dataset> load_dataset(const std::string& split) override {
-    return inner_.load_dataset(split);
-  }
-  hetseq::StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override {
-    hetseq::StepOutput out = inner_.compute_loss(model, batch);
-    if (read_loss_) last_loss = out.loss.item<double>();
-    return out;
-  }
-  std::vector<hetseq::Ratio> ratios() const override { return inner_.ratios(); }
-  double last_loss = 0;
-
- private:
-  hetseq::bert::BertTask inner_;
-  bool read_loss_;
-};
 
 struct Run {
   int64_t host_reads = 0;  // over the counted updates
@@ -66,7 +45,7 @@ struct TinyBert {
     o.config = hetseq::bert::read_bert_config(o.config_file);
     o.max_pred_length = 4;
     torch::manual_seed(1);
-    task = std::make_unique<ReadingBertTask>(o, read_loss);
+    task = std::make_unique<hetseq::test::ReadingBertTask>(o, read_loss);
     auto model = task->build_model();
     data = task->load_dataset("train");
     hetseq::optim::AdamOptions adam;
@@ -82,7 +61,7 @@ struct TinyBert {
                                                       std::make_shared<hetseq::LocalReducer>(), options);
   }
   TempDir dir;
-  std::unique_ptr<ReadingBertTask> task;
+  std::unique_ptr<hetseq::test::ReadingBertTask> task;
   std::shared_ptr<hetseq::Dataset> data;
   std::unique_ptr<hetseq::Controller> controller;
 };

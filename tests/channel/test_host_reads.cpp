@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include "bert/reading_bert_task.h"
 #include "bert/shard_writer.h"
 #include "hetseq/channel/group_channel.h"
 #include "hetseq/channel/stat_sync.h"
@@ -38,28 +39,6 @@ namespace host_reads {
 constexpr int kWorld = 3;
 constexpr int kWarm = 2;     // updates before the count: the names are learnt, c10d's buckets rebuilt
 constexpr int kCounted = 3;  // updates counted on every rank
-
-/// The bert task; with `read_loss`, its train_step also reads the loss on the host, as a task must not.
-class ReadingBertTask final : public hetseq::Task {
- public:
-  ReadingBertTask(hetseq::bert::BertTaskOptions options, bool read_loss)
-      : inner_(std::move(options)), read_loss_(read_loss) {}
-  std::shared_ptr<torch::nn::Module> build_model() override { return inner_.build_model(); }
-  std::shared_ptr<hetseq::Dataset> load_dataset(const std::string& split) override {
-    return inner_.load_dataset(split);
-  }
-  hetseq::StepOutput compute_loss(torch::nn::Module& model, const Batch& batch) override {
-    hetseq::StepOutput out = inner_.compute_loss(model, batch);
-    if (read_loss_) last_loss = out.loss.item<double>();
-    return out;
-  }
-  std::vector<hetseq::Ratio> ratios() const override { return inner_.ratios(); }
-  double last_loss = 0;
-
- private:
-  hetseq::bert::BertTask inner_;
-  bool read_loss_;
-};
 
 struct Setting {
   bool host_group = false;  // the GPU's path: the host's rows on a group of their own
@@ -90,11 +69,11 @@ Run train(const Setting& setting) {
   o.config.attention_probs_dropout_prob = 0;
   o.max_pred_length = 4;
   // Built one after the other: the same weights on every rank.
-  std::vector<std::unique_ptr<ReadingBertTask>> tasks;
+  std::vector<std::unique_ptr<hetseq::test::ReadingBertTask>> tasks;
   std::vector<std::shared_ptr<torch::nn::Module>> models;
   std::vector<std::vector<std::vector<Batch>>> batches(kWorld);  // [rank][update][micro-batch], collated here
   for (int r = 0; r < kWorld; ++r) {
-    tasks.push_back(std::make_unique<ReadingBertTask>(o, setting.read_loss));
+    tasks.push_back(std::make_unique<hetseq::test::ReadingBertTask>(o, setting.read_loss));
     torch::manual_seed(1);
     models.push_back(tasks.back()->build_model());
     const auto data = tasks.back()->load_dataset("train");

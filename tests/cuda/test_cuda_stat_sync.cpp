@@ -14,31 +14,11 @@
 #endif
 
 #include "cuda/cuda_skip.h"
+#include "cuda/sync_counter.h"
 #include "hetseq/channel/stat_sync.h"
 #include "support/rank_threads.h"
 
 namespace cuda_stat_sync {
-
-#ifdef HETSEQ_WITH_CUDA
-/// Counts the synchronizing CUDA calls of the thread that makes it (the warning handler is the thread's own);
-/// the sync debug mode, a process-wide setting, is set by the caller.
-class ThreadSyncCounter : public c10::WarningHandler {
- public:
-  ThreadSyncCounter() : previous_(c10::WarningUtils::get_warning_handler()) {
-    c10::WarningUtils::set_warning_handler(this);
-  }
-  ~ThreadSyncCounter() override { c10::WarningUtils::set_warning_handler(previous_); }
-  ThreadSyncCounter(const ThreadSyncCounter&) = delete;
-  ThreadSyncCounter& operator=(const ThreadSyncCounter&) = delete;
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().find("called a synchronizing CUDA operation") != std::string::npos) ++syncs;
-  }
-  int64_t syncs = 0;
-
- private:
-  c10::WarningHandler* previous_;
-};
-#endif
 
 struct Round {
   hetseq::LogSums host;       // finish()'s sums
@@ -74,7 +54,7 @@ TEST_CASE("CUDA: the statistics of two ranks on one GPU sum on the device, with 
         cuda_stat_sync::Round r;
         hetseq::LateSums late;
         {
-          cuda_stat_sync::ThreadSyncCounter counter;
+          hetseq::test::SyncCounter counter(/*set_mode=*/false);  // the mode is set above, for both threads
           sync.start(local, device, hetseq::StatSync::kUpdate, false);
           r.host = sync.finish();
           late = sync.take_late();

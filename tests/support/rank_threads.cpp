@@ -32,7 +32,8 @@ struct Counter {
 // inserts the group into a process-wide std::map before it takes its mutex, and the tests crashed in
 // that insert about once in 30 runs. Each rank thread therefore enqueues its first collective under one
 // mutex, and none goes on before all have (later collectives of a group only read that map).
-void first_collective(const Group& group, int world, Counter& started, std::chrono::milliseconds timeout) {
+// The first collective of `group`, enqueued under the one mutex of every group of the process, and waited for.
+void first_allreduce(const Group& group) {
   static std::mutex first_enqueue;
   c10::intrusive_ptr<c10d::Work> work;
   {
@@ -41,6 +42,10 @@ void first_collective(const Group& group, int world, Counter& started, std::chro
     work = group->allreduce(tensors);
   }
   work->wait();
+}
+
+void first_collective(const Group& group, int world, Counter& started, std::chrono::milliseconds timeout) {
+  first_allreduce(group);
   std::unique_lock<std::mutex> lock(started.mutex);
   ++started.count;
   started.cv.notify_all();
@@ -116,17 +121,10 @@ void run_ranks(int world, const RankBody& body) {
 
 Group second_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
                    std::chrono::milliseconds timeout) {
-  static std::mutex first_enqueue;
   hetseq::ProcessGroupOptions options;
   options.timeout = timeout;
   Group group = hetseq::make_process_group(c10::make_intrusive<c10d::PrefixStore>(prefix, store), rank, world, options);
-  c10::intrusive_ptr<c10d::Work> work;
-  {
-    std::lock_guard<std::mutex> lock(first_enqueue);
-    std::vector<torch::Tensor> one{torch::zeros({1})};
-    work = group->allreduce(one);
-  }
-  work->wait();
+  first_allreduce(group);
   return group;
 }
 

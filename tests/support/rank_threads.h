@@ -43,7 +43,7 @@ void run_ranks(int world, const RankBody& body);
 
 /// Another Gloo group of the rank threads beside run_ranks' own (a host group: Note [Stat sync]), over `store`
 /// (one the test shares between its rank threads) under `prefix`; every rank thread calls it at the same point.
-/// The first collective of each is enqueued under one mutex, as run_ranks does for its groups.
+/// Its first collective is enqueued under the mutex of run_ranks' own first ones (rank_threads.cpp).
 Group second_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 

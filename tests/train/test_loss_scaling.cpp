@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "cuda/cuda_skip.h"
+#include "cuda/sync_counter.h"
 #include "hetseq/core/error.h"
 #include "hetseq/optim/fixed.h"
 #include "hetseq/optim/sgd.h"
@@ -291,41 +292,6 @@ TEST_CASE("an update reads the device after the next one, however many micro-bat
   }
 }
 
-#ifdef HETSEQ_WITH_CUDA
-namespace {
-
-// Counts CUDA's "called a synchronizing CUDA operation" warnings, which sync-debug mode "warn" raises at
-// every host sync (an .item(), a blocking copy, a nonzero), while installed; other warnings go on to the
-// handler that was there before.
-class SyncCounter : public c10::WarningHandler {
- public:
-  SyncCounter() : previous_(c10::WarningUtils::get_warning_handler()) {
-    c10::WarningUtils::set_warning_handler(this);
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
-  }
-  ~SyncCounter() override {
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    c10::WarningUtils::set_warning_handler(previous_);
-  }
-  SyncCounter(const SyncCounter&) = delete;
-  SyncCounter& operator=(const SyncCounter&) = delete;
-
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().find("called a synchronizing CUDA operation") != std::string::npos) {
-      ++syncs;
-    } else {
-      previous_->process(warning);
-    }
-  }
-  int64_t syncs = 0;
-
- private:
-  c10::WarningHandler* previous_;
-};
-
-}  // namespace
-#endif
-
 // The CPU test above takes the Controller's own count of its reads (tests/bert/test_bert_update.cpp counts them
 // through the dispatcher); here CUDA counts every host sync from outside, batches' copies to the device included:
 // pinned, as the loader gives them on a CUDA rank, they go asynchronously (unpinned, each tensor's copy would
@@ -348,7 +314,7 @@ TEST_CASE("CUDA: an update syncs with the device not at all in the steady state,
       INFO(parts << " micro-batches");
       const std::vector<hetseq::Batch> batches = t.split(parts, /*pin=*/true);
       torch::cuda::synchronize();
-      SyncCounter counter;
+      hetseq::test::SyncCounter counter;
       const auto r = t.controller->train_update(batches);
       const int64_t syncs = counter.syncs;
       const int64_t expected = scaling ? 2 : 0;
